@@ -1,0 +1,197 @@
+#include "source/event/dispatcher.h"
+
+#include <pthread.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "source/common/logger.h"
+
+namespace rpx {
+namespace {
+uint64_t MonotonicMs() {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+uint32_t ToEpoll(uint32_t interest) {
+  uint32_t ev = 0;
+  if (interest & FileEvent::kRead) ev |= EPOLLIN | EPOLLRDHUP;
+  if (interest & FileEvent::kWrite) ev |= EPOLLOUT;
+  return ev;
+}
+}  // namespace
+
+FileEvent::FileEvent(Dispatcher& d, int fd, Callback cb, uint32_t interest)
+    : dispatcher_(d), fd_(fd), cb_(std::move(cb)), interest_(interest) {
+  struct epoll_event ev;
+  ev.events = ToEpoll(interest);
+  ev.data.ptr = this;
+  if (epoll_ctl(d.epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    RPX_LOG(kError, "epoll_ctl add fd %d: %s", fd, strerror(errno));
+  }
+}
+
+FileEvent::~FileEvent() { Unregister(); }
+
+void FileEvent::Unregister() {
+  if (fd_ < 0) return;
+  epoll_ctl(dispatcher_.epoll_fd_, EPOLL_CTL_DEL, fd_, nullptr);
+  fd_ = -1;
+}
+
+void FileEvent::SetInterest(uint32_t interest) {
+  if (interest == interest_ || fd_ < 0) return;
+  interest_ = interest;
+  struct epoll_event ev;
+  ev.events = ToEpoll(interest);
+  ev.data.ptr = this;
+  epoll_ctl(dispatcher_.epoll_fd_, EPOLL_CTL_MOD, fd_, &ev);
+}
+
+void Timer::Enable(uint64_t delay_ms) {
+  Disable();
+  pos_ = dispatcher_.timers_.emplace(dispatcher_.NowMs() + delay_ms, this);
+  enabled_ = true;
+}
+
+void Timer::Disable() {
+  if (!enabled_) return;
+  dispatcher_.timers_.erase(pos_);
+  enabled_ = false;
+}
+
+Dispatcher::Dispatcher(std::string name) : name_(std::move(name)) {
+  epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  struct epoll_event ev;
+  ev.events = EPOLLIN;
+  ev.data.ptr = nullptr;  // nullptr marks the wake-up eventfd
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev);
+  now_ms_ = MonotonicMs();
+}
+
+Dispatcher::~Dispatcher() {
+  ClearDeferred();
+  close(wake_fd_);
+  close(epoll_fd_);
+}
+
+std::unique_ptr<FileEvent> Dispatcher::CreateFileEvent(int fd, FileEvent::Callback cb,
+                                                       uint32_t interest) {
+  return std::unique_ptr<FileEvent>(new FileEvent(*this, fd, std::move(cb), interest));
+}
+
+std::unique_ptr<Timer> Dispatcher::CreateTimer(std::function<void()> cb) {
+  return std::unique_ptr<Timer>(new Timer(*this, std::move(cb)));
+}
+
+void Dispatcher::DeferredDelete(std::unique_ptr<DeferredDeletable> obj) {
+  deferred_.push_back(std::move(obj));
+}
+
+void Dispatcher::Post(std::function<void()> fn) {
+  {
+    std::lock_guard<std::mutex> lock(post_mu_);
+    posted_.push_back(std::move(fn));
+  }
+  uint64_t one = 1;
+  ssize_t unused = write(wake_fd_, &one, sizeof(one));
+  (void)unused;
+}
+
+void Dispatcher::Exit() {
+  exit_.store(true);
+  Post([] {});
+}
+
+void Dispatcher::UpdateTime() { now_ms_ = MonotonicMs(); }
+
+bool Dispatcher::IsThisThread() const {
+  return thread_id_.load() == static_cast<uint64_t>(pthread_self());
+}
+
+void Dispatcher::RunTimers() {
+  while (!timers_.empty()) {
+    auto it = timers_.begin();
+    if (it->first > now_ms_) break;
+    Timer* t = it->second;
+    timers_.erase(it);
+    t->enabled_ = false;
+    t->cb_();
+  }
+}
+
+void Dispatcher::RunPosted() {
+  std::vector<std::function<void()>> batch;
+  {
+    std::lock_guard<std::mutex> lock(post_mu_);
+    batch.swap(posted_);
+  }
+  for (auto& fn : batch) fn();
+}
+
+void Dispatcher::RunFlushes() {
+  // Flushing may schedule more flushes (a write failure closing a peer); index, don't iterate.
+  for (size_t i = 0; i < flush_.size(); ++i) flush_[i]->Flush();
+  flush_.clear();
+}
+
+void Dispatcher::ClearDeferred() {
+  // Deleting one object may defer-delete others; loop until empty.
+  while (!deferred_.empty()) {
+    std::vector<std::unique_ptr<DeferredDeletable>> batch;
+    batch.swap(deferred_);
+    batch.clear();
+  }
+}
+
+void Dispatcher::Run() {
+  thread_id_.store(static_cast<uint64_t>(pthread_self()));
+  constexpr int kMaxEvents = 256;
+  struct epoll_event events[kMaxEvents];
+  while (!exit_.load(std::memory_order_relaxed)) {
+    int timeout = -1;
+    if (!timers_.empty()) {
+      uint64_t next = timers_.begin()->first;
+      timeout = next > now_ms_ ? static_cast<int>(next - now_ms_) : 0;
+    }
+    if (!deferred_.empty()) timeout = 0;
+    int n = epoll_wait(epoll_fd_, events, kMaxEvents, timeout);
+    UpdateTime();
+    if (n < 0 && errno != EINTR) {
+      RPX_LOG(kCritical, "epoll_wait: %s", strerror(errno));
+      break;
+    }
+    for (int i = 0; i < n; ++i) {
+      auto* fe = static_cast<FileEvent*>(events[i].data.ptr);
+      if (fe == nullptr) {
+        uint64_t v;
+        ssize_t unused = read(wake_fd_, &v, sizeof(v));
+        (void)unused;
+        RunPosted();
+        RunFlushes();
+        continue;
+      }
+      if (fe->fd_ < 0) continue;  // closed earlier in this batch; memory lives until ClearDeferred
+      uint32_t ev = 0;
+      if (events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) ev |= FileEvent::kRead;
+      if (events[i].events & (EPOLLOUT | EPOLLHUP | EPOLLERR)) ev |= FileEvent::kWrite;
+      if (events[i].events & (EPOLLHUP | EPOLLERR)) ev |= FileEvent::kClosed;
+      fe->cb_(ev);
+    }
+    RunFlushes();
+    RunTimers();
+    RunFlushes();
+    ClearDeferred();
+  }
+  RunPosted();
+  RunFlushes();
+  ClearDeferred();
+}
+
+}  // namespace rpx

@@ -1,0 +1,119 @@
+// Dispatcher: one epoll event loop, owned and run by exactly one thread (a worker or the main
+// thread). Everything but Post() and Exit() must be called on that thread. Objects that may be
+// destroyed from inside one of their own callbacks go through DeferredDelete, which frees them
+// after the current batch of events.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace rpx {
+
+class Dispatcher;
+
+// Readiness callback for one file descriptor. Level-triggered: the owner turns read and write
+// interest on and off (that is how backpressure stops reading from a socket).
+class FileEvent {
+ public:
+  enum : uint32_t { kRead = 1, kWrite = 2, kClosed = 4 };
+  using Callback = std::function<void(uint32_t events)>;
+  ~FileEvent();
+  void SetInterest(uint32_t interest);  // kRead | kWrite
+  uint32_t interest() const { return interest_; }
+  // Removes the fd from epoll before the owner closes it (a later fd with the same number must
+  // not be unregistered by our destructor). Events already fetched for it are then dropped.
+  void Unregister();
+
+ private:
+  friend class Dispatcher;
+  FileEvent(Dispatcher& d, int fd, Callback cb, uint32_t interest);
+  Dispatcher& dispatcher_;
+  int fd_;
+  Callback cb_;
+  uint32_t interest_;
+};
+
+// One-shot timer. Enable() re-arms it; destroying or disabling it cancels it.
+class Timer {
+ public:
+  ~Timer() { Disable(); }
+  void Enable(uint64_t delay_ms);
+  void Disable();
+  bool enabled() const { return enabled_; }
+
+ private:
+  friend class Dispatcher;
+  Timer(Dispatcher& d, std::function<void()> cb) : dispatcher_(d), cb_(std::move(cb)) {}
+  Dispatcher& dispatcher_;
+  std::function<void()> cb_;
+  bool enabled_ = false;
+  std::multimap<uint64_t, Timer*>::iterator pos_;
+};
+
+class DeferredDeletable {
+ public:
+  virtual ~DeferredDeletable() = default;
+};
+
+// Something with buffered output that the loop flushes once after each batch of events, so several
+// writes made while handling one batch leave in one syscall.
+class Flushable {
+ public:
+  virtual ~Flushable() = default;
+  virtual void Flush() = 0;
+};
+
+class Dispatcher {
+ public:
+  explicit Dispatcher(std::string name);
+  ~Dispatcher();
+  Dispatcher(const Dispatcher&) = delete;
+  Dispatcher& operator=(const Dispatcher&) = delete;
+
+  std::unique_ptr<FileEvent> CreateFileEvent(int fd, FileEvent::Callback cb, uint32_t interest);
+  std::unique_ptr<Timer> CreateTimer(std::function<void()> cb);
+  void DeferredDelete(std::unique_ptr<DeferredDeletable> obj);
+  // `f` must stay alive until the end of the current batch (deferred deletion guarantees that).
+  void ScheduleFlush(Flushable* f) { flush_.push_back(f); }
+
+  // Thread-safe: runs `fn` on the dispatcher's thread soon. Used for config updates and shutdown,
+  // never on the request path.
+  void Post(std::function<void()> fn);
+
+  // Runs until Exit() is called (from any thread).
+  void Run();
+  void Exit();
+
+  // Monotonic milliseconds, refreshed once per loop iteration (cheap to read).
+  uint64_t NowMs() const { return now_ms_; }
+  void UpdateTime();
+  const std::string& name() const { return name_; }
+  bool IsThisThread() const;
+
+ private:
+  friend class FileEvent;
+  friend class Timer;
+  void RunTimers();
+  void RunPosted();
+  void ClearDeferred();
+  void RunFlushes();
+
+  std::string name_;
+  int epoll_fd_;
+  int wake_fd_;
+  std::atomic<bool> exit_{false};
+  uint64_t now_ms_ = 0;
+  std::multimap<uint64_t, Timer*> timers_;
+  std::vector<std::unique_ptr<DeferredDeletable>> deferred_;
+  std::vector<Flushable*> flush_;
+  std::mutex post_mu_;
+  std::vector<std::function<void()>> posted_;
+  std::atomic<uint64_t> thread_id_{0};
+};
+
+}  // namespace rpx

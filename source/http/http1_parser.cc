@@ -1,0 +1,231 @@
+#include "source/http/http1_parser.h"
+
+#include <cstring>
+
+namespace rpx {
+namespace {
+Http1Parser* Self(llhttp_t* p) { return static_cast<Http1Parser*>(p->data); }
+
+void TrimTrailingWhitespace(std::string* s) {
+  while (!s->empty() && (s->back() == ' ' || s->back() == '\t')) s->pop_back();
+}
+
+// Authority of an absolute-form target ("http://host:port/path"), or empty.
+std::string AuthorityFromAbsoluteUrl(const std::string& url) {
+  size_t scheme_end = url.find("://");
+  if (scheme_end == std::string::npos || url[0] == '/') return "";
+  size_t start = scheme_end + 3;
+  size_t end = url.find_first_of("/?#", start);
+  return url.substr(start, end == std::string::npos ? std::string::npos : end - start);
+}
+}  // namespace
+
+Http1Parser::Http1Parser(Type type, Http1ParserCallbacks& callbacks, Limits limits)
+    : type_(type), callbacks_(callbacks), limits_(limits) {
+  llhttp_settings_init(&settings_);
+  settings_.on_message_begin = &Http1Parser::OnMessageBegin;
+  settings_.on_url = &Http1Parser::OnUrl;
+  settings_.on_status = &Http1Parser::OnStatus;
+  settings_.on_header_field = &Http1Parser::OnHeaderField;
+  settings_.on_header_value = &Http1Parser::OnHeaderValue;
+  settings_.on_header_value_complete = &Http1Parser::OnHeaderValueComplete;
+  settings_.on_headers_complete = &Http1Parser::OnHeadersComplete;
+  settings_.on_body = &Http1Parser::OnBodyCb;
+  settings_.on_message_complete = &Http1Parser::OnMessageCompleteCb;
+  llhttp_init(&parser_, type == Type::kRequest ? HTTP_REQUEST : HTTP_RESPONSE, &settings_);
+  parser_.data = this;
+}
+
+int Http1Parser::Fail(int status, const char* reason) {
+  error_status_ = status;
+  error_reason_ = reason;
+  return HPE_USER;
+}
+
+bool Http1Parser::AddHeaderBytes(size_t n) {
+  header_bytes_ += n;
+  return header_bytes_ <= limits_.max_header_bytes;
+}
+
+int Http1Parser::OnMessageBegin(llhttp_t* p) {
+  Http1Parser* self = Self(p);
+  self->in_message_ = true;
+  self->in_trailers_ = false;
+  self->in_value_ = false;
+  self->header_bytes_ = 0;
+  self->cur_name_.clear();
+  self->cur_value_.clear();
+  if (self->type_ == Type::kRequest) {
+    self->request_.Clear();
+  } else {
+    self->response_.Clear();
+  }
+  return 0;
+}
+
+int Http1Parser::OnUrl(llhttp_t* p, const char* at, size_t len) {
+  Http1Parser* self = Self(p);
+  if (!self->AddHeaderBytes(len)) return self->Fail(414, "request URI too long");
+  self->request_.path.append(at, len);
+  return 0;
+}
+
+int Http1Parser::OnStatus(llhttp_t* p, const char* at, size_t len) {
+  Http1Parser* self = Self(p);
+  if (!self->AddHeaderBytes(len)) return self->Fail(502, "status line too long");
+  self->response_.reason.append(at, len);
+  return 0;
+}
+
+int Http1Parser::OnHeaderField(llhttp_t* p, const char* at, size_t len) {
+  Http1Parser* self = Self(p);
+  if (!self->AddHeaderBytes(len)) return self->Fail(431, "request headers too large");
+  self->cur_name_.append(at, len);
+  return 0;
+}
+
+int Http1Parser::OnHeaderValue(llhttp_t* p, const char* at, size_t len) {
+  Http1Parser* self = Self(p);
+  if (!self->AddHeaderBytes(len)) return self->Fail(431, "request headers too large");
+  self->cur_value_.append(at, len);
+  return 0;
+}
+
+int Http1Parser::OnHeaderValueComplete(llhttp_t* p) {
+  Http1Parser* self = Self(p);
+  if (self->in_trailers_) {
+    // Trailers are dropped (HTTP/1 trailers are rarely used; gRPC needs HTTP/2 anyway).
+    self->cur_name_.clear();
+    self->cur_value_.clear();
+    return 0;
+  }
+  HeaderMap& headers =
+      self->type_ == Type::kRequest ? self->request_.headers : self->response_.headers;
+  if (headers.size() >= self->limits_.max_headers) {
+    return self->Fail(431, "too many request headers");
+  }
+  ToLowerAscii(&self->cur_name_);
+  TrimTrailingWhitespace(&self->cur_value_);
+  auto& entries = headers.mutable_entries();
+  entries.emplace_back();
+  entries.back().first.swap(self->cur_name_);
+  entries.back().second.swap(self->cur_value_);
+  self->cur_name_.clear();
+  self->cur_value_.clear();
+  return 0;
+}
+
+int Http1Parser::OnHeadersComplete(llhttp_t* p) {
+  Http1Parser* self = Self(p);
+  self->in_trailers_ = true;
+  bool chunked = (p->flags & F_CHUNKED) != 0;
+  bool has_cl = (p->flags & F_CONTENT_LENGTH) != 0;
+  if (self->type_ == Type::kRequest) {
+    RequestHead& r = self->request_;
+    r.method = llhttp_method_name(static_cast<llhttp_method_t>(p->method));
+    r.version_minor = p->http_minor;
+    if (p->http_major != 1) return self->Fail(505, "unsupported HTTP version");
+    r.keep_alive = llhttp_should_keep_alive(p);
+    r.chunked = chunked;
+    r.has_content_length = has_cl && !chunked;
+    r.content_length = r.has_content_length ? p->content_length : 0;
+    const std::string* host = nullptr;
+    int host_count = 0;
+    for (const auto& e : r.headers.entries()) {
+      if (e.first == "host") {
+        host = &e.second;
+        ++host_count;
+      } else if (e.first == "expect" && EqualsIgnoreCase(e.second, "100-continue")) {
+        r.expect_continue = true;
+      }
+    }
+    if (host_count > 1) return self->Fail(400, "multiple Host headers");
+    std::string authority = AuthorityFromAbsoluteUrl(r.path);
+    if (!authority.empty()) {
+      r.host = authority;  // RFC 9112 3.2.2: absolute-form overrides Host
+      size_t path_start = r.path.find('/', r.path.find("://") + 3);
+      r.path = path_start == std::string::npos ? "/" : r.path.substr(path_start);
+    } else if (host) {
+      r.host = *host;
+    } else if (r.version_minor >= 1) {
+      return self->Fail(400, "missing Host header");
+    }
+    if (r.method == "CONNECT") return self->Fail(501, "CONNECT is not supported");
+    self->callbacks_.OnHead();
+    return 0;
+  }
+  ResponseHead& r = self->response_;
+  r.status = p->status_code;
+  r.version_minor = p->http_minor;
+  r.keep_alive = llhttp_should_keep_alive(p);
+  r.chunked = chunked;
+  r.has_content_length = has_cl && !chunked;
+  r.content_length = r.has_content_length ? p->content_length : 0;
+  self->callbacks_.OnHead();
+  if (r.status >= 100 && r.status < 200) return 0;
+  return self->expect_no_body_ ? 1 : 0;
+}
+
+int Http1Parser::OnBodyCb(llhttp_t* p, const char* at, size_t len) {
+  Self(p)->callbacks_.OnBody(at, len);
+  return 0;
+}
+
+int Http1Parser::OnMessageCompleteCb(llhttp_t* p) {
+  Http1Parser* self = Self(p);
+  self->in_message_ = false;
+  if (self->type_ == Type::kResponse && self->response_.status >= 100 &&
+      self->response_.status < 200 && self->response_.status != 101) {
+    return 0;  // interim response: keep parsing for the final one
+  }
+  self->callbacks_.OnMessageComplete();
+  return HPE_PAUSED;
+}
+
+Http1Parser::Result Http1Parser::Execute(const char* data, size_t len, size_t* consumed) {
+  llhttp_errno_t err = llhttp_execute(&parser_, data, len);
+  if (err == HPE_OK) {
+    *consumed = len;
+    return Result::kOk;
+  }
+  if (err == HPE_PAUSED) {
+    *consumed = llhttp_get_error_pos(&parser_) - data;
+    return Result::kPaused;
+  }
+  if (err == HPE_PAUSED_UPGRADE) {
+    // Upgrade headers are stripped before forwarding (upgrades are not proxied yet), so the
+    // connection simply continues as HTTP/1.1.
+    *consumed = llhttp_get_error_pos(&parser_) - data;
+    llhttp_resume_after_upgrade(&parser_);
+    return Result::kPaused;
+  }
+  *consumed = 0;
+  if (error_status_ == 0) {
+    if (err == HPE_INVALID_TRANSFER_ENCODING && type_ == Type::kRequest) {
+      error_status_ = 501;
+    } else {
+      error_status_ = type_ == Type::kRequest ? 400 : 502;
+    }
+    error_reason_ = llhttp_errno_name(err);
+    const char* r = llhttp_get_error_reason(&parser_);
+    if (r && *r) {
+      error_reason_ += ": ";
+      error_reason_ += r;
+    }
+  }
+  return Result::kError;
+}
+
+void Http1Parser::Resume() { llhttp_resume(&parser_); }
+
+Http1Parser::Result Http1Parser::Finish() {
+  llhttp_errno_t err = llhttp_finish(&parser_);
+  if (err == HPE_OK || err == HPE_PAUSED) return Result::kOk;
+  if (error_status_ == 0) {
+    error_status_ = 502;
+    error_reason_ = llhttp_errno_name(err);
+  }
+  return Result::kError;
+}
+
+}  // namespace rpx

@@ -1,0 +1,86 @@
+// Http1Parser: an HTTP/1.x request or response parser over llhttp (strict mode: no lenient flags,
+// so conflicting Content-Length/Transfer-Encoding and other smuggling shapes are errors). It fills
+// a RequestHead or ResponseHead and streams body bytes (de-chunked) to its callbacks. It pauses
+// after every complete message so pipelined requests are handled one at a time.
+// One parser per connection, on that connection's worker.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "llhttp.h"
+#include "source/http/headers.h"
+
+namespace rpx {
+
+class Http1ParserCallbacks {
+ public:
+  virtual ~Http1ParserCallbacks() = default;
+  // The head is complete (available from the parser). For responses, 1xx heads arrive here too.
+  virtual void OnHead() = 0;
+  virtual void OnBody(const char* data, size_t len) = 0;
+  virtual void OnMessageComplete() = 0;
+};
+
+class Http1Parser {
+ public:
+  enum class Type { kRequest, kResponse };
+  struct Limits {
+    uint32_t max_header_bytes = 60 * 1024;  // request line / status line + all headers
+    uint32_t max_headers = 100;
+  };
+  enum class Result { kOk, kPaused, kError };
+
+  Http1Parser(Type type, Http1ParserCallbacks& callbacks, Limits limits);
+  Http1Parser(const Http1Parser&) = delete;
+  Http1Parser& operator=(const Http1Parser&) = delete;
+
+  // Parses from `data`. On kPaused (a message completed) *consumed says how far it got; call
+  // Resume() before parsing more. On kError see error_status()/error_reason().
+  Result Execute(const char* data, size_t len, size_t* consumed);
+  void Resume();
+  // Tells the parser the connection reached EOF (ends close-delimited response bodies).
+  Result Finish();
+  // Response parsers: the next response answers a HEAD request (no body whatever its headers say).
+  void set_expect_no_body(bool v) { expect_no_body_ = v; }
+  bool message_needs_eof() const { return llhttp_message_needs_eof(&parser_); }
+  bool in_message() const { return in_message_; }
+
+  RequestHead& request() { return request_; }
+  ResponseHead& response() { return response_; }
+  // HTTP status to answer a bad request with (400, 431, 501), and why.
+  int error_status() const { return error_status_; }
+  const std::string& error_reason() const { return error_reason_; }
+
+ private:
+  static int OnMessageBegin(llhttp_t* p);
+  static int OnUrl(llhttp_t* p, const char* at, size_t len);
+  static int OnStatus(llhttp_t* p, const char* at, size_t len);
+  static int OnHeaderField(llhttp_t* p, const char* at, size_t len);
+  static int OnHeaderValue(llhttp_t* p, const char* at, size_t len);
+  static int OnHeaderValueComplete(llhttp_t* p);
+  static int OnHeadersComplete(llhttp_t* p);
+  static int OnBodyCb(llhttp_t* p, const char* at, size_t len);
+  static int OnMessageCompleteCb(llhttp_t* p);
+  int Fail(int status, const char* reason);
+  bool AddHeaderBytes(size_t n);
+
+  Type type_;
+  Http1ParserCallbacks& callbacks_;
+  Limits limits_;
+  llhttp_t parser_;
+  llhttp_settings_t settings_;
+  RequestHead request_;
+  ResponseHead response_;
+  std::string cur_name_;
+  std::string cur_value_;
+  bool in_value_ = false;
+  bool in_trailers_ = false;
+  bool in_message_ = false;
+  bool expect_no_body_ = false;
+  size_t header_bytes_ = 0;
+  int error_status_ = 0;
+  std::string error_reason_;
+};
+
+}  // namespace rpx

@@ -1,0 +1,31 @@
+// IPv4/IPv6 socket addresses. Plain values, any thread.
+#pragma once
+
+#include <sys/socket.h>
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace rpx {
+
+struct SocketAddress {
+  sockaddr_storage storage{};
+  socklen_t len = 0;
+
+  // `ip` must be a numeric IPv4 or IPv6 address.
+  static absl::StatusOr<SocketAddress> FromIpPort(const std::string& ip, uint32_t port);
+  static SocketAddress FromSockaddr(const sockaddr* sa, socklen_t len);
+  const sockaddr* sa() const { return reinterpret_cast<const sockaddr*>(&storage); }
+  int family() const { return storage.ss_family; }
+  uint16_t port() const;
+  std::string Ip() const;
+  std::string ToString() const;  // "1.2.3.4:80" or "[::1]:80"
+  bool operator==(const SocketAddress& o) const { return ToString() == o.ToString(); }
+};
+
+// Resolves `host` (name or literal) to addresses with getaddrinfo. Blocking: main thread only.
+absl::StatusOr<std::vector<SocketAddress>> ResolveHost(const std::string& host, uint32_t port);
+
+}  // namespace rpx

@@ -1,0 +1,106 @@
+// Connection: one non-blocking TCP socket on one worker's dispatcher, with a read buffer, a write
+// buffer, write watermarks (backpressure) and deferred deletion. Only the owning dispatcher's thread
+// touches it. Bytes move through a TransportSocket, the seam where TLS will plug in; plaintext
+// is RawTransport.
+//
+// Ownership: the creator owns the Connection through unique_ptr and must hand it to
+// Dispatcher::DeferredDelete (never delete it inside one of its own callbacks).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "source/common/buffer.h"
+#include "source/event/dispatcher.h"
+#include "source/network/address.h"
+
+namespace rpx {
+
+enum class ConnectionEvent { kConnected, kRemoteClose, kLocalClose, kConnectFailed };
+
+class ConnectionCallbacks {
+ public:
+  virtual ~ConnectionCallbacks() = default;
+  // New bytes are at the end of `in`; the callee drains what it consumed.
+  virtual void OnData(Buffer& in) = 0;
+  virtual void OnEvent(ConnectionEvent event) = 0;
+  // The write buffer crossed the high watermark (stop producing) / fell below the low one.
+  virtual void OnAboveWriteHighWatermark() {}
+  virtual void OnBelowWriteLowWatermark() {}
+};
+
+// Reads and writes bytes for a connection. Returns bytes moved, 0 on EOF (read), or -errno.
+class TransportSocket {
+ public:
+  virtual ~TransportSocket() = default;
+  virtual ssize_t Read(int fd, char* buf, size_t len) = 0;
+  virtual ssize_t Write(int fd, const char* buf, size_t len) = 0;
+};
+
+class RawTransport : public TransportSocket {
+ public:
+  ssize_t Read(int fd, char* buf, size_t len) override;
+  ssize_t Write(int fd, const char* buf, size_t len) override;
+};
+
+class Connection : public DeferredDeletable, public Flushable {
+ public:
+  // Takes ownership of `fd`. `connecting` means a non-blocking connect() is in flight.
+  Connection(Dispatcher& dispatcher, int fd, bool connecting, uint32_t buffer_limit);
+  ~Connection() override;
+
+  // Starts a non-blocking connect; the result arrives as kConnected or kConnectFailed.
+  static std::unique_ptr<Connection> Connect(Dispatcher& dispatcher, const SocketAddress& addr,
+                                             uint32_t buffer_limit, int* error);
+
+  void SetCallbacks(ConnectionCallbacks* cb) { callbacks_ = cb; }
+  void Write(std::string_view data);
+  Buffer& write_buffer() { return write_buffer_; }
+  // Call after appending to write_buffer() directly.
+  void ScheduleWrite();
+  // While disabled, bytes already read stay in read_buffer(); the owner processes them itself
+  // when it re-enables (so no callback re-enters the owner from inside ReadDisable).
+  void ReadDisable(bool disable);
+  Buffer& read_buffer() { return read_buffer_; }
+  bool read_disabled() const { return read_disabled_; }
+
+  enum class CloseType { kFlushWrite, kNoFlush };
+  // Closes now (or once buffered output is written, for kFlushWrite). Raises kLocalClose, unless
+  // the close is silent (used when the owner is already tearing down).
+  void Close(CloseType type, bool notify = true);
+  bool closed() const { return state_ == State::kClosed; }
+  bool closing() const { return state_ != State::kOpen && state_ != State::kConnecting; }
+  bool above_high_watermark() const { return above_high_; }
+  Dispatcher& dispatcher() { return dispatcher_; }
+  int fd() const { return fd_; }
+  uint64_t id() const { return id_; }
+
+  void Flush() override;
+
+ private:
+  enum class State { kConnecting, kOpen, kClosingAfterFlush, kClosed };
+  void OnFileEvent(uint32_t events);
+  void DoRead();
+  void DoWrite();
+  void CloseNow(ConnectionEvent event, bool notify);
+  void UpdateInterest();
+  void CheckWatermarks();
+
+  Dispatcher& dispatcher_;
+  int fd_;
+  uint64_t id_;
+  State state_;
+  uint32_t high_watermark_;
+  uint32_t low_watermark_;
+  bool above_high_ = false;
+  bool read_disabled_ = false;
+  bool flush_scheduled_ = false;
+  ConnectionCallbacks* callbacks_ = nullptr;
+  std::unique_ptr<TransportSocket> transport_;
+  std::unique_ptr<FileEvent> file_event_;
+  Buffer read_buffer_;
+  Buffer write_buffer_;
+};
+
+}  // namespace rpx

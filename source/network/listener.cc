@@ -1,0 +1,74 @@
+#include "source/network/listener.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "source/common/logger.h"
+
+namespace rpx {
+
+absl::StatusOr<int> OpenListenSocket(const SocketAddress& addr, bool reuse_port, int backlog) {
+  int fd = socket(addr.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::InternalError(absl::StrCat("socket(): ", strerror(errno)));
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (reuse_port) setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+  if (bind(fd, addr.sa(), addr.len) != 0) {
+    int e = errno;
+    close(fd);
+    return absl::UnavailableError(absl::StrCat("cannot bind ", addr.ToString(), ": ", strerror(e)));
+  }
+  if (listen(fd, backlog) != 0) {
+    int e = errno;
+    close(fd);
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", addr.ToString(), ": ", strerror(e)));
+  }
+  return fd;
+}
+
+Listener::Listener(Dispatcher& dispatcher, int fd, AcceptCallback cb)
+    : dispatcher_(dispatcher), fd_(fd), cb_(std::move(cb)) {
+  event_ = dispatcher_.CreateFileEvent(
+      fd_, [this](uint32_t) { OnReadable(); }, FileEvent::kRead);
+}
+
+Listener::~Listener() {
+  event_.reset();
+  close(fd_);
+}
+
+void Listener::Pause(bool paused) { event_->SetInterest(paused ? 0 : FileEvent::kRead); }
+
+SocketAddress Listener::LocalAddress() const {
+  SocketAddress a;
+  a.len = sizeof(a.storage);
+  getsockname(fd_, reinterpret_cast<sockaddr*>(&a.storage), &a.len);
+  return a;
+}
+
+void Listener::OnReadable() {
+  // Accept a bounded batch so one busy listener cannot starve established connections.
+  for (int i = 0; i < 64; ++i) {
+    sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    int fd = accept4(fd_, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED) return;
+      if (errno == EMFILE || errno == ENFILE) {
+        RPX_LOG(kWarn, "accept: %s (out of file descriptors)", strerror(errno));
+        return;
+      }
+      RPX_LOG(kWarn, "accept: %s", strerror(errno));
+      return;
+    }
+    cb_(fd, SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&ss), len));
+  }
+}
+
+}  // namespace rpx
