@@ -1,0 +1,424 @@
+#include "source/config/server_config.h"
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "envoy/config/cluster/v3/cluster.pb.h"
+#include "envoy/config/listener/v3/listener.pb.h"
+#include "envoy/extensions/filters/http/router/v3/router.pb.h"
+#include "envoy/extensions/filters/network/http_connection_manager/v3/http_connection_manager.pb.h"
+#include "envoy/extensions/upstreams/http/v3/http_protocol_options.pb.h"
+
+namespace rpx {
+namespace {
+
+using envoy::config::cluster::v3::Cluster;
+using envoy::config::listener::v3::Listener;
+using envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
+
+constexpr char kHcmType[] =
+    "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
+constexpr char kRouterType[] = "envoy.extensions.filters.http.router.v3.Router";
+constexpr char kUpstreamHttpOptions[] = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions";
+
+uint64_t Ms(const google::protobuf::Duration& d) {
+  return static_cast<uint64_t>(d.seconds()) * 1000 + d.nanos() / 1000000;
+}
+
+class Builder {
+ public:
+  Builder(const BuildOptions& options, std::vector<std::string>* errors)
+      : options_(options), errors_(errors) {}
+
+  void Error(const std::string& path, const std::string& what) {
+    errors_->push_back(absl::StrCat(options_.source, ": ", path, ": ", what));
+  }
+
+  bool Address(const envoy::config::core::v3::Address& a, const std::string& path,
+               SocketAddress* out) {
+    if (!a.has_socket_address()) {
+      Error(path, "socket_address is required");
+      return false;
+    }
+    const auto& sa = a.socket_address();
+    if (sa.protocol() != envoy::config::core::v3::SocketAddress::TCP) {
+      Error(path + ".socket_address.protocol", "only TCP is supported");
+      return false;
+    }
+    auto parsed = SocketAddress::FromIpPort(sa.address(), sa.port_value());
+    if (!parsed.ok()) {
+      Error(path + ".socket_address.address", std::string(parsed.status().message()));
+      return false;
+    }
+    *out = *parsed;
+    return true;
+  }
+
+  void BuildCluster(const Cluster& c, const std::string& path, ServerConfig* out);
+  void BuildListener(const Listener& l, const std::string& path, ServerConfig* out);
+
+ private:
+  bool BuildHttp(const HttpConnectionManager& hcm, const std::string& path, ListenerConfig* lc);
+  const BuildOptions& options_;
+  std::vector<std::string>* errors_;
+};
+
+void Builder::BuildCluster(const Cluster& c, const std::string& path, ServerConfig* out) {
+  size_t errors_before = errors_->size();
+  auto info = std::make_shared<ClusterInfo>();
+  info->name = c.name();
+  if (c.name().empty()) Error(path + ".name", "is required");
+  if (out->clusters.contains(c.name())) {
+    Error(path + ".name", absl::StrCat("duplicate cluster name '", c.name(), "'"));
+  }
+  if (c.cluster_discovery_type_case() != Cluster::kType &&
+      c.cluster_discovery_type_case() != Cluster::CLUSTER_DISCOVERY_TYPE_NOT_SET) {
+    Error(path, "custom cluster types are not supported");
+  }
+  bool dns = false;
+  switch (c.type()) {
+    case Cluster::STATIC:
+      break;
+    case Cluster::STRICT_DNS:
+      dns = true;
+      break;
+    default:
+      Error(path + ".type",
+            absl::StrCat("cluster type ", Cluster::DiscoveryType_Name(c.type()),
+                         " is not supported (STATIC and STRICT_DNS are)"));
+  }
+  switch (c.lb_policy()) {
+    case Cluster::ROUND_ROBIN:
+      info->lb_policy = LbPolicy::kRoundRobin;
+      break;
+    case Cluster::LEAST_REQUEST:
+      info->lb_policy = LbPolicy::kLeastRequest;
+      break;
+    case Cluster::RANDOM:
+      info->lb_policy = LbPolicy::kRandom;
+      break;
+    default:
+      Error(path + ".lb_policy",
+            absl::StrCat("lb_policy ", Cluster::LbPolicy_Name(c.lb_policy()),
+                         " is not supported (ROUND_ROBIN, LEAST_REQUEST and RANDOM are)"));
+  }
+  if (c.has_connect_timeout()) {
+    info->connect_timeout_ms = Ms(c.connect_timeout());
+    if (info->connect_timeout_ms == 0) Error(path + ".connect_timeout", "must be positive");
+  }
+  if (c.has_per_connection_buffer_limit_bytes()) {
+    info->buffer_limit = c.per_connection_buffer_limit_bytes().value();
+  }
+  uint32_t max_connections = 1024, max_pending = 1024, max_requests = 1024;
+  for (int i = 0; i < c.circuit_breakers().thresholds_size(); ++i) {
+    const auto& t = c.circuit_breakers().thresholds(i);
+    std::string tp = absl::StrCat(path, ".circuit_breakers.thresholds[", i, "]");
+    if (t.priority() != envoy::config::core::v3::DEFAULT) {
+      Error(tp + ".priority", "only the DEFAULT priority is supported");
+      continue;
+    }
+    if (t.has_max_connections()) max_connections = t.max_connections().value();
+    if (t.has_max_pending_requests()) max_pending = t.max_pending_requests().value();
+    if (t.has_max_requests()) max_requests = t.max_requests().value();
+  }
+  info->resources = std::make_shared<ClusterResources>(max_connections, max_pending, max_requests);
+  auto apply_common = [&](const envoy::config::core::v3::HttpProtocolOptions& o) {
+    if (o.has_idle_timeout()) info->idle_timeout_ms = Ms(o.idle_timeout());
+    if (o.has_max_headers_count()) info->max_response_headers_count = o.max_headers_count().value();
+    if (o.has_max_requests_per_connection()) {
+      info->max_requests_per_connection = o.max_requests_per_connection().value();
+    }
+  };
+  if (c.has_common_http_protocol_options()) apply_common(c.common_http_protocol_options());
+  if (c.has_max_requests_per_connection()) {
+    info->max_requests_per_connection = c.max_requests_per_connection().value();
+  }
+  for (const auto& [key, any] : c.typed_extension_protocol_options()) {
+    std::string kp = absl::StrCat(path, ".typed_extension_protocol_options[\"", key, "\"]");
+    if (key != kUpstreamHttpOptions && key != "envoy.upstreams.http.http_protocol_options") {
+      Error(kp, "unsupported extension (only envoy.extensions.upstreams.http.v3."
+                "HttpProtocolOptions is)");
+      continue;
+    }
+    envoy::extensions::upstreams::http::v3::HttpProtocolOptions opts;
+    if (!any.UnpackTo(&opts)) {
+      Error(kp, absl::StrCat("expected a ", kUpstreamHttpOptions, ", got ", any.type_url()));
+      continue;
+    }
+    if (opts.has_common_http_protocol_options()) apply_common(opts.common_http_protocol_options());
+  }
+  if (info->max_response_headers_count == 0) {
+    Error(path + ".common_http_protocol_options.max_headers_count", "must be positive");
+  }
+  // Hosts.
+  auto hosts = std::make_shared<HostSet>();
+  DnsCluster dns_cluster;
+  dns_cluster.cluster = c.name();
+  if (c.has_dns_refresh_rate()) dns_cluster.refresh_ms = std::max<uint64_t>(1, Ms(c.dns_refresh_rate()));
+  const auto& la = c.load_assignment();
+  if (!la.cluster_name().empty() && la.cluster_name() != c.name()) {
+    Error(path + ".load_assignment.cluster_name",
+          absl::StrCat("'", la.cluster_name(), "' differs from the cluster name '", c.name(), "'"));
+  }
+  for (int i = 0; i < la.endpoints_size(); ++i) {
+    const auto& loc = la.endpoints(i);
+    for (int j = 0; j < loc.lb_endpoints_size(); ++j) {
+      const auto& lbe = loc.lb_endpoints(j);
+      std::string ep = absl::StrCat(path, ".load_assignment.endpoints[", i, "].lb_endpoints[", j,
+                                    "]");
+      using HS = envoy::config::core::v3::HealthStatus;
+      HS hs = lbe.health_status();
+      if (hs == envoy::config::core::v3::UNHEALTHY || hs == envoy::config::core::v3::DRAINING ||
+          hs == envoy::config::core::v3::TIMEOUT) {
+        continue;  // as Envoy: such endpoints take no traffic
+      }
+      uint32_t weight = lbe.has_load_balancing_weight() ? lbe.load_balancing_weight().value() : 1;
+      if (weight == 0) {
+        Error(ep + ".load_balancing_weight", "must be at least 1");
+        continue;
+      }
+      const auto& addr = lbe.endpoint().address();
+      if (!addr.has_socket_address()) {
+        Error(ep + ".endpoint.address", "socket_address is required");
+        continue;
+      }
+      const auto& sa = addr.socket_address();
+      if (sa.port_value() == 0 || sa.port_value() > 65535) {
+        Error(ep + ".endpoint.address.socket_address.port_value", "must be within [1, 65535]");
+        continue;
+      }
+      if (dns) {
+        dns_cluster.targets.push_back({sa.address(), sa.port_value(), weight});
+        continue;
+      }
+      SocketAddress a;
+      if (!Address(addr, ep + ".endpoint.address", &a)) continue;
+      auto h = std::make_shared<Host>();
+      h->address = a;
+      h->hostname = lbe.endpoint().hostname();
+      h->weight = weight;
+      hosts->push_back(std::move(h));
+    }
+  }
+  if (dns && dns_cluster.targets.empty()) {
+    Error(path + ".load_assignment", "a STRICT_DNS cluster needs at least one endpoint");
+  }
+  if (errors_->size() != errors_before) return;
+  info->stats_slots = std::max<uint32_t>(1, options_.stats_slots);
+  info->stats.reset(new ClusterStats[info->stats_slots]);
+  if (dns) {
+    if (options_.resolve_dns) {
+      std::vector<std::string> dns_errors;
+      hosts = std::const_pointer_cast<HostSet>(ResolveDnsCluster(dns_cluster, &dns_errors));
+      for (const auto& e : dns_errors) {
+        // Not fatal (as in Envoy): the cluster has no hosts until a later resolution works.
+        fprintf(stderr, "warning: cluster '%s': %s\n", c.name().c_str(), e.c_str());
+      }
+    }
+    out->dns_clusters.push_back(std::move(dns_cluster));
+  }
+  out->clusters[c.name()] = ClusterEntry{std::move(info), std::move(hosts)};
+}
+
+bool Builder::BuildHttp(const HttpConnectionManager& hcm, const std::string& path,
+                        ListenerConfig* lc) {
+  size_t errors_before = errors_->size();
+  auto http = std::make_shared<HttpConfig>();
+  http->stat_prefix = hcm.stat_prefix();
+  if (hcm.stat_prefix().empty()) Error(path + ".stat_prefix", "is required");
+  using HCM = HttpConnectionManager;
+  if (hcm.codec_type() != HCM::AUTO && hcm.codec_type() != HCM::HTTP1) {
+    Error(path + ".codec_type", "only AUTO and HTTP1 are supported (HTTP/2 is not implemented yet)");
+  }
+  if (hcm.http_filters_size() == 0) {
+    Error(path + ".http_filters", "the router filter (envoy.filters.http.router) is required");
+  }
+  for (int i = 0; i < hcm.http_filters_size(); ++i) {
+    const auto& f = hcm.http_filters(i);
+    std::string fp = absl::StrCat(path, ".http_filters[", i, "]");
+    bool is_router = f.has_typed_config()
+                         ? f.typed_config().type_url().find(kRouterType) != std::string::npos
+                         : f.name() == "envoy.filters.http.router";
+    if (!is_router) {
+      Error(fp, absl::StrCat("http filter '", f.name(),
+                             "' is not supported (only envoy.filters.http.router is)"));
+    } else if (i != hcm.http_filters_size() - 1) {
+      Error(fp, "the router filter must be the last http filter");
+    }
+  }
+  if (hcm.has_stream_idle_timeout()) http->stream_idle_timeout_ms = Ms(hcm.stream_idle_timeout());
+  if (hcm.has_request_timeout()) http->request_timeout_ms = Ms(hcm.request_timeout());
+  if (hcm.has_request_headers_timeout()) {
+    http->request_headers_timeout_ms = Ms(hcm.request_headers_timeout());
+  }
+  if (hcm.has_max_request_headers_kb()) {
+    uint32_t kb = hcm.max_request_headers_kb().value();
+    if (kb < 1 || kb > 8192) {
+      Error(path + ".max_request_headers_kb", "must be within [1, 8192]");
+    }
+    http->max_request_headers_kb = kb;
+  }
+  const auto& common = hcm.common_http_protocol_options();
+  if (common.has_idle_timeout()) http->idle_timeout_ms = Ms(common.idle_timeout());
+  if (common.has_max_headers_count()) {
+    http->max_headers_count = common.max_headers_count().value();
+    if (http->max_headers_count == 0) {
+      Error(path + ".common_http_protocol_options.max_headers_count", "must be positive");
+    }
+  }
+  if (common.has_max_requests_per_connection()) {
+    http->max_requests_per_connection = common.max_requests_per_connection().value();
+  }
+  http->use_remote_address = hcm.has_use_remote_address() && hcm.use_remote_address().value();
+  http->skip_xff_append = hcm.skip_xff_append();
+  http->generate_request_id = !hcm.has_generate_request_id() || hcm.generate_request_id().value();
+  if (!hcm.server_name().empty()) http->server_name = hcm.server_name();
+  switch (hcm.server_header_transformation()) {
+    case HCM::OVERWRITE:
+      http->server_header = HttpConfig::ServerHeader::kOverwrite;
+      break;
+    case HCM::APPEND_IF_ABSENT:
+      http->server_header = HttpConfig::ServerHeader::kAppendIfAbsent;
+      break;
+    case HCM::PASS_THROUGH:
+      http->server_header = HttpConfig::ServerHeader::kPassThrough;
+      break;
+    default:
+      break;
+  }
+  http->buffer_limit = lc->buffer_limit;
+  if (!hcm.has_route_config()) {
+    Error(path + ".route_config", "is required (RDS is not implemented yet)");
+  } else {
+    auto table = RouteTable::Create(hcm.route_config(), path + ".route_config");
+    if (!table.ok()) {
+      errors_->push_back(absl::StrCat(options_.source, ": ", table.status().message()));
+    } else {
+      lc->routes = *table;
+    }
+  }
+  if (errors_->size() != errors_before) return false;
+  http->stats_slots = std::max<uint32_t>(1, options_.stats_slots);
+  http->stats.reset(new HttpStats[http->stats_slots]);
+  lc->http = std::move(http);
+  return true;
+}
+
+void Builder::BuildListener(const Listener& l, const std::string& path, ServerConfig* out) {
+  auto lc = std::make_shared<ListenerConfig>();
+  lc->name = l.name();
+  if (l.name().empty()) Error(path + ".name", "is required");
+  for (const auto& other : out->listeners) {
+    if (other->name == l.name()) {
+      Error(path + ".name", absl::StrCat("duplicate listener name '", l.name(), "'"));
+    }
+  }
+  if (!Address(l.address(), path + ".address", &lc->address)) return;
+  for (const auto& other : out->listeners) {
+    if (other->address == lc->address && lc->address.port() != 0) {
+      Error(path + ".address", absl::StrCat("address ", lc->address.ToString(),
+                                            " is already used by listener '", other->name, "'"));
+    }
+  }
+  if (l.has_per_connection_buffer_limit_bytes()) {
+    lc->buffer_limit = l.per_connection_buffer_limit_bytes().value();
+    if (lc->buffer_limit < 1024) {
+      Error(path + ".per_connection_buffer_limit_bytes", "must be at least 1024");
+    }
+  }
+  lc->reuse_port = !l.has_enable_reuse_port() || l.enable_reuse_port().value();
+  if (l.filter_chains_size() != 1) {
+    Error(path + ".filter_chains",
+          "exactly one filter chain is required (filter chain matching needs TLS, not yet "
+          "implemented)");
+    return;
+  }
+  const auto& chain = l.filter_chains(0);
+  std::string cp = path + ".filter_chains[0]";
+  if (chain.filters_size() != 1) {
+    Error(cp + ".filters", "exactly one filter, the http_connection_manager, is required");
+    return;
+  }
+  const auto& f = chain.filters(0);
+  std::string fp = cp + ".filters[0]";
+  HttpConnectionManager hcm;
+  if (!f.has_typed_config() || f.typed_config().type_url().find(kHcmType) == std::string::npos) {
+    Error(fp, absl::StrCat("network filter '", f.name(),
+                           "' is not supported (only envoy.filters.network."
+                           "http_connection_manager with a typed_config is)"));
+    return;
+  }
+  if (!f.typed_config().UnpackTo(&hcm)) {
+    Error(fp + ".typed_config", "cannot decode the HttpConnectionManager");
+    return;
+  }
+  if (!BuildHttp(hcm, fp + ".typed_config", lc.get())) return;
+  out->listeners.push_back(std::move(lc));
+}
+
+}  // namespace
+
+std::shared_ptr<const HostSet> ResolveDnsCluster(const DnsCluster& dns,
+                                                 std::vector<std::string>* errors) {
+  auto hosts = std::make_shared<HostSet>();
+  for (const auto& t : dns.targets) {
+    auto addrs = ResolveHost(t.hostname, t.port);
+    if (!addrs.ok()) {
+      errors->push_back(std::string(addrs.status().message()));
+      continue;
+    }
+    for (const auto& a : *addrs) {
+      auto h = std::make_shared<Host>();
+      h->address = a;
+      h->hostname = t.hostname;
+      h->weight = t.weight;
+      hosts->push_back(std::move(h));
+    }
+  }
+  return hosts;
+}
+
+bool BuildServerConfig(const envoy::config::bootstrap::v3::Bootstrap& bootstrap,
+                       const BuildOptions& options, ServerConfig* out,
+                       std::vector<std::string>* errors) {
+  size_t errors_before = errors->size();
+  Builder b(options, errors);
+  out->node_id = bootstrap.node().id();
+  out->node_cluster = bootstrap.node().cluster();
+  if (bootstrap.has_admin()) {
+    const auto& admin = bootstrap.admin();
+    if (!admin.access_log_path().empty() && admin.access_log_path() != "/dev/null") {
+      b.Error("admin.access_log_path", "admin access logs are not implemented; use /dev/null");
+    }
+    if (admin.has_address()) {
+      SocketAddress a;
+      if (b.Address(admin.address(), "admin.address", &a)) out->admin_address = a;
+    }
+  }
+  const auto& sr = bootstrap.static_resources();
+  for (int i = 0; i < sr.clusters_size(); ++i) {
+    b.BuildCluster(sr.clusters(i), absl::StrCat("static_resources.clusters[", i, "]"), out);
+  }
+  for (int i = 0; i < sr.listeners_size(); ++i) {
+    b.BuildListener(sr.listeners(i), absl::StrCat("static_resources.listeners[", i, "]"), out);
+  }
+  // Every cluster a route names must exist (Envoy's validate_clusters for static routes).
+  for (size_t i = 0; i < out->listeners.size(); ++i) {
+    const auto& l = out->listeners[i];
+    if (!l->routes) continue;
+    for (const auto& name : l->routes->ReferencedClusters()) {
+      if (!out->clusters.contains(name)) {
+        errors->push_back(absl::StrCat(options.source, ": listener '", l->name, "': route config '",
+                                       l->routes->name(), "' refers to unknown cluster '", name,
+                                       "'"));
+      }
+    }
+  }
+  if (sr.listeners_size() == 0) {
+    errors->push_back(absl::StrCat(options.source,
+                                   ": static_resources.listeners: at least one listener is "
+                                   "required"));
+  }
+  return errors->size() == errors_before;
+}
+
+}  // namespace rpx

@@ -1,0 +1,323 @@
+#include "source/config/supported_fields.h"
+
+#include <memory>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/any.pb.h"
+#include "google/protobuf/descriptor.h"
+
+namespace rpx {
+namespace {
+
+using google::protobuf::FieldDescriptor;
+using google::protobuf::Message;
+
+// "<message full name>.<field>" for every field rpx honours. Messages under google.protobuf are
+// always allowed (values, not features).
+const std::set<std::string>& Supported() {
+  static const auto* s = new std::set<std::string>{
+      // bootstrap
+      "envoy.config.bootstrap.v3.Bootstrap.node",
+      "envoy.config.bootstrap.v3.Bootstrap.static_resources",
+      "envoy.config.bootstrap.v3.Bootstrap.admin",
+      "envoy.config.bootstrap.v3.Bootstrap.StaticResources.listeners",
+      "envoy.config.bootstrap.v3.Bootstrap.StaticResources.clusters",
+      "envoy.config.bootstrap.v3.Admin.address",
+      "envoy.config.bootstrap.v3.Admin.access_log_path",
+      // core
+      "envoy.config.core.v3.Node.id",
+      "envoy.config.core.v3.Node.cluster",
+      "envoy.config.core.v3.Node.metadata",
+      "envoy.config.core.v3.Node.locality",
+      "envoy.config.core.v3.Node.user_agent_name",
+      "envoy.config.core.v3.Node.user_agent_version",
+      "envoy.config.core.v3.Locality.region",
+      "envoy.config.core.v3.Locality.zone",
+      "envoy.config.core.v3.Locality.sub_zone",
+      "envoy.config.core.v3.Metadata.filter_metadata",
+      "envoy.config.core.v3.Address.socket_address",
+      "envoy.config.core.v3.SocketAddress.protocol",
+      "envoy.config.core.v3.SocketAddress.address",
+      "envoy.config.core.v3.SocketAddress.port_value",
+      "envoy.config.core.v3.SocketAddress.ipv4_compat",
+      "envoy.config.core.v3.HeaderValue.key",
+      "envoy.config.core.v3.HeaderValue.value",
+      "envoy.config.core.v3.HeaderValueOption.header",
+      "envoy.config.core.v3.HeaderValueOption.append",
+      "envoy.config.core.v3.HeaderValueOption.append_action",
+      "envoy.config.core.v3.HeaderValueOption.keep_empty_value",
+      "envoy.config.core.v3.DataSource.filename",
+      "envoy.config.core.v3.DataSource.inline_bytes",
+      "envoy.config.core.v3.DataSource.inline_string",
+      "envoy.config.core.v3.DataSource.environment_variable",
+      "envoy.config.core.v3.HttpProtocolOptions.idle_timeout",
+      "envoy.config.core.v3.HttpProtocolOptions.max_headers_count",
+      "envoy.config.core.v3.HttpProtocolOptions.max_requests_per_connection",
+      "envoy.config.core.v3.Http1ProtocolOptions.accept_http_10",
+      // listener
+      "envoy.config.listener.v3.Listener.name",
+      "envoy.config.listener.v3.Listener.address",
+      "envoy.config.listener.v3.Listener.filter_chains",
+      "envoy.config.listener.v3.Listener.per_connection_buffer_limit_bytes",
+      "envoy.config.listener.v3.Listener.metadata",
+      "envoy.config.listener.v3.Listener.stat_prefix",
+      "envoy.config.listener.v3.Listener.enable_reuse_port",
+      "envoy.config.listener.v3.Listener.drain_type",
+      "envoy.config.listener.v3.FilterChain.filters",
+      "envoy.config.listener.v3.FilterChain.name",
+      "envoy.config.listener.v3.Filter.name",
+      "envoy.config.listener.v3.Filter.typed_config",
+      // http connection manager
+      "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager.codec_type",
+      "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager.stat_prefix",
+      "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager.route_config",
+      "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager.http_filters",
+      "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager."
+      "common_http_protocol_options",
+      "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager."
+      "http_protocol_options",
+      "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager.server_name",
+      "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager."
+      "server_header_transformation",
+      "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager."
+      "max_request_headers_kb",
+      "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager."
+      "stream_idle_timeout",
+      "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager."
+      "request_timeout",
+      "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager."
+      "request_headers_timeout",
+      "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager."
+      "use_remote_address",
+      "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager."
+      "skip_xff_append",
+      "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager."
+      "generate_request_id",
+      "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager."
+      "preserve_external_request_id",
+      "envoy.extensions.filters.network.http_connection_manager.v3.HttpFilter.name",
+      "envoy.extensions.filters.network.http_connection_manager.v3.HttpFilter.typed_config",
+      "envoy.extensions.filters.http.router.v3.Router.dynamic_stats",
+      "envoy.extensions.filters.http.router.v3.Router.suppress_envoy_headers",
+      "envoy.extensions.filters.http.router.v3.Router.start_child_span",
+      // routes
+      "envoy.config.route.v3.RouteConfiguration.name",
+      "envoy.config.route.v3.RouteConfiguration.virtual_hosts",
+      "envoy.config.route.v3.RouteConfiguration.request_headers_to_add",
+      "envoy.config.route.v3.RouteConfiguration.request_headers_to_remove",
+      "envoy.config.route.v3.RouteConfiguration.response_headers_to_add",
+      "envoy.config.route.v3.RouteConfiguration.response_headers_to_remove",
+      "envoy.config.route.v3.RouteConfiguration.validate_clusters",
+      "envoy.config.route.v3.VirtualHost.name",
+      "envoy.config.route.v3.VirtualHost.domains",
+      "envoy.config.route.v3.VirtualHost.routes",
+      "envoy.config.route.v3.VirtualHost.request_headers_to_add",
+      "envoy.config.route.v3.VirtualHost.request_headers_to_remove",
+      "envoy.config.route.v3.VirtualHost.response_headers_to_add",
+      "envoy.config.route.v3.VirtualHost.response_headers_to_remove",
+      "envoy.config.route.v3.Route.name",
+      "envoy.config.route.v3.Route.match",
+      "envoy.config.route.v3.Route.route",
+      "envoy.config.route.v3.Route.redirect",
+      "envoy.config.route.v3.Route.direct_response",
+      "envoy.config.route.v3.Route.metadata",
+      "envoy.config.route.v3.Route.request_headers_to_add",
+      "envoy.config.route.v3.Route.request_headers_to_remove",
+      "envoy.config.route.v3.Route.response_headers_to_add",
+      "envoy.config.route.v3.Route.response_headers_to_remove",
+      "envoy.config.route.v3.RouteMatch.prefix",
+      "envoy.config.route.v3.RouteMatch.path",
+      "envoy.config.route.v3.RouteMatch.safe_regex",
+      "envoy.config.route.v3.RouteMatch.path_separated_prefix",
+      "envoy.config.route.v3.RouteMatch.case_sensitive",
+      "envoy.config.route.v3.RouteMatch.headers",
+      "envoy.config.route.v3.RouteMatch.query_parameters",
+      "envoy.config.route.v3.RouteMatch.grpc",
+      "envoy.config.route.v3.HeaderMatcher.name",
+      "envoy.config.route.v3.HeaderMatcher.exact_match",
+      "envoy.config.route.v3.HeaderMatcher.safe_regex_match",
+      "envoy.config.route.v3.HeaderMatcher.range_match",
+      "envoy.config.route.v3.HeaderMatcher.present_match",
+      "envoy.config.route.v3.HeaderMatcher.prefix_match",
+      "envoy.config.route.v3.HeaderMatcher.suffix_match",
+      "envoy.config.route.v3.HeaderMatcher.contains_match",
+      "envoy.config.route.v3.HeaderMatcher.string_match",
+      "envoy.config.route.v3.HeaderMatcher.invert_match",
+      "envoy.config.route.v3.HeaderMatcher.treat_missing_header_as_empty",
+      "envoy.config.route.v3.QueryParameterMatcher.name",
+      "envoy.config.route.v3.QueryParameterMatcher.string_match",
+      "envoy.config.route.v3.QueryParameterMatcher.present_match",
+      "envoy.config.route.v3.RouteAction.cluster",
+      "envoy.config.route.v3.RouteAction.weighted_clusters",
+      "envoy.config.route.v3.RouteAction.prefix_rewrite",
+      "envoy.config.route.v3.RouteAction.host_rewrite_literal",
+      "envoy.config.route.v3.RouteAction.auto_host_rewrite",
+      "envoy.config.route.v3.RouteAction.timeout",
+      "envoy.config.route.v3.WeightedCluster.clusters",
+      "envoy.config.route.v3.WeightedCluster.total_weight",
+      "envoy.config.route.v3.WeightedCluster.ClusterWeight.name",
+      "envoy.config.route.v3.WeightedCluster.ClusterWeight.weight",
+      "envoy.config.route.v3.WeightedCluster.ClusterWeight.request_headers_to_add",
+      "envoy.config.route.v3.WeightedCluster.ClusterWeight.request_headers_to_remove",
+      "envoy.config.route.v3.WeightedCluster.ClusterWeight.response_headers_to_add",
+      "envoy.config.route.v3.WeightedCluster.ClusterWeight.response_headers_to_remove",
+      "envoy.config.route.v3.RedirectAction.https_redirect",
+      "envoy.config.route.v3.RedirectAction.scheme_redirect",
+      "envoy.config.route.v3.RedirectAction.host_redirect",
+      "envoy.config.route.v3.RedirectAction.port_redirect",
+      "envoy.config.route.v3.RedirectAction.path_redirect",
+      "envoy.config.route.v3.RedirectAction.prefix_rewrite",
+      "envoy.config.route.v3.RedirectAction.response_code",
+      "envoy.config.route.v3.RedirectAction.strip_query",
+      "envoy.config.route.v3.DirectResponseAction.status",
+      "envoy.config.route.v3.DirectResponseAction.body",
+      "envoy.type.matcher.v3.StringMatcher.exact",
+      "envoy.type.matcher.v3.StringMatcher.prefix",
+      "envoy.type.matcher.v3.StringMatcher.suffix",
+      "envoy.type.matcher.v3.StringMatcher.safe_regex",
+      "envoy.type.matcher.v3.StringMatcher.contains",
+      "envoy.type.matcher.v3.StringMatcher.ignore_case",
+      "envoy.type.matcher.v3.RegexMatcher.google_re2",
+      "envoy.type.matcher.v3.RegexMatcher.regex",
+      "envoy.type.matcher.v3.RegexMatcher.GoogleRE2.max_program_size",
+      "envoy.type.v3.Int64Range.start",
+      "envoy.type.v3.Int64Range.end",
+      // clusters
+      "envoy.config.cluster.v3.Cluster.name",
+      "envoy.config.cluster.v3.Cluster.alt_stat_name",
+      "envoy.config.cluster.v3.Cluster.type",
+      "envoy.config.cluster.v3.Cluster.connect_timeout",
+      "envoy.config.cluster.v3.Cluster.per_connection_buffer_limit_bytes",
+      "envoy.config.cluster.v3.Cluster.lb_policy",
+      "envoy.config.cluster.v3.Cluster.load_assignment",
+      "envoy.config.cluster.v3.Cluster.circuit_breakers",
+      "envoy.config.cluster.v3.Cluster.typed_extension_protocol_options",
+      "envoy.config.cluster.v3.Cluster.max_requests_per_connection",
+      "envoy.config.cluster.v3.Cluster.common_http_protocol_options",
+      "envoy.config.cluster.v3.Cluster.http_protocol_options",
+      "envoy.config.cluster.v3.Cluster.dns_lookup_family",
+      "envoy.config.cluster.v3.Cluster.dns_refresh_rate",
+      "envoy.config.cluster.v3.Cluster.metadata",
+      "envoy.config.cluster.v3.CircuitBreakers.thresholds",
+      "envoy.config.cluster.v3.CircuitBreakers.Thresholds.priority",
+      "envoy.config.cluster.v3.CircuitBreakers.Thresholds.max_connections",
+      "envoy.config.cluster.v3.CircuitBreakers.Thresholds.max_pending_requests",
+      "envoy.config.cluster.v3.CircuitBreakers.Thresholds.max_requests",
+      "envoy.config.cluster.v3.CircuitBreakers.Thresholds.max_retries",
+      "envoy.config.endpoint.v3.ClusterLoadAssignment.cluster_name",
+      "envoy.config.endpoint.v3.ClusterLoadAssignment.endpoints",
+      "envoy.config.endpoint.v3.LocalityLbEndpoints.locality",
+      "envoy.config.endpoint.v3.LocalityLbEndpoints.lb_endpoints",
+      "envoy.config.endpoint.v3.LbEndpoint.endpoint",
+      "envoy.config.endpoint.v3.LbEndpoint.health_status",
+      "envoy.config.endpoint.v3.LbEndpoint.metadata",
+      "envoy.config.endpoint.v3.LbEndpoint.load_balancing_weight",
+      "envoy.config.endpoint.v3.Endpoint.address",
+      "envoy.config.endpoint.v3.Endpoint.hostname",
+      "envoy.extensions.upstreams.http.v3.HttpProtocolOptions.common_http_protocol_options",
+      "envoy.extensions.upstreams.http.v3.HttpProtocolOptions.explicit_http_config",
+      "envoy.extensions.upstreams.http.v3.HttpProtocolOptions.ExplicitHttpConfig."
+      "http_protocol_options",
+  };
+  return *s;
+}
+
+// Why a well-known unsupported field is refused, where a plain "not supported" would not help.
+std::string Hint(const std::string& full) {
+  if (full == "envoy.config.bootstrap.v3.Bootstrap.dynamic_resources") {
+    return " (xDS is not implemented yet; use static_resources)";
+  }
+  if (full == "envoy.config.listener.v3.FilterChain.transport_socket" ||
+      full == "envoy.config.listener.v3.FilterChain.filter_chain_match") {
+    return " (TLS termination is not implemented yet)";
+  }
+  if (full == "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager."
+              "rds") {
+    return " (RDS needs xDS, which is not implemented yet; use route_config)";
+  }
+  if (full == "envoy.extensions.upstreams.http.v3.HttpProtocolOptions.ExplicitHttpConfig."
+              "http2_protocol_options" ||
+      full == "envoy.config.cluster.v3.Cluster.http2_protocol_options") {
+    return " (HTTP/2 upstreams are not implemented yet)";
+  }
+  if (full == "envoy.config.cluster.v3.Cluster.transport_socket") {
+    return " (TLS origination is not implemented yet)";
+  }
+  if (full == "envoy.config.route.v3.RouteAction.retry_policy" ||
+      full == "envoy.config.route.v3.VirtualHost.retry_policy") {
+    return " (retries are not implemented yet)";
+  }
+  return "";
+}
+
+void Check(const Message& msg, const std::string& prefix, const std::string& path,
+           std::vector<std::string>* errors) {
+  const auto* d = msg.GetDescriptor();
+  if (d->file()->package() == "google.protobuf") return;
+  if (d->full_name() == "google.protobuf.Any") return;
+  const auto* r = msg.GetReflection();
+  std::vector<const FieldDescriptor*> fields;
+  r->ListFields(msg, &fields);
+  for (const auto* f : fields) {
+    std::string fpath = path.empty() ? f->name() : absl::StrCat(path, ".", f->name());
+    std::string full = absl::StrCat(d->full_name(), ".", f->name());
+    if (!Supported().count(full)) {
+      errors->push_back(absl::StrCat(prefix, fpath, ": field '", f->name(), "' of ", d->full_name(),
+                                     " is not supported by rpx", Hint(full)));
+      continue;
+    }
+    if (f->cpp_type() != FieldDescriptor::CPPTYPE_MESSAGE) continue;
+    auto check_one = [&](const Message& sub, const std::string& sub_path) {
+      if (sub.GetDescriptor()->full_name() == "google.protobuf.Any") {
+        const auto& any = static_cast<const google::protobuf::Any&>(sub);
+        std::string type = any.type_url().substr(any.type_url().rfind('/') + 1);
+        const auto* td =
+            google::protobuf::DescriptorPool::generated_pool()->FindMessageTypeByName(type);
+        if (!td) {
+          errors->push_back(absl::StrCat(prefix, sub_path, ": unsupported type '", any.type_url(),
+                                         "'"));
+          return;
+        }
+        std::unique_ptr<Message> inner(
+            google::protobuf::MessageFactory::generated_factory()->GetPrototype(td)->New());
+        if (!any.UnpackTo(inner.get())) {
+          errors->push_back(absl::StrCat(prefix, sub_path, ": cannot decode '", any.type_url(),
+                                         "'"));
+          return;
+        }
+        Check(*inner, prefix, sub_path, errors);
+        return;
+      }
+      Check(sub, prefix, sub_path, errors);
+    };
+    if (f->is_map()) {
+      // Map entries: check the values (keys are strings).
+      for (int i = 0; i < r->FieldSize(msg, f); ++i) {
+        const Message& entry = r->GetRepeatedMessage(msg, f, i);
+        const auto* ed = entry.GetDescriptor();
+        const auto* er = entry.GetReflection();
+        std::string key = er->GetString(entry, ed->FindFieldByName("key"));
+        const auto* vf = ed->FindFieldByName("value");
+        if (vf->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+          check_one(er->GetMessage(entry, vf), absl::StrCat(fpath, "[\"", key, "\"]"));
+        }
+      }
+    } else if (f->is_repeated()) {
+      for (int i = 0; i < r->FieldSize(msg, f); ++i) {
+        check_one(r->GetRepeatedMessage(msg, f, i), absl::StrCat(fpath, "[", i, "]"));
+      }
+    } else {
+      check_one(r->GetMessage(msg, f), fpath);
+    }
+  }
+}
+
+}  // namespace
+
+void CheckSupportedFields(const google::protobuf::Message& msg, const std::string& prefix,
+                          const std::string& path, std::vector<std::string>* errors) {
+  Check(msg, prefix, path, errors);
+}
+
+}  // namespace rpx

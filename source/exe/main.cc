@@ -1,0 +1,96 @@
+// rpx: an Envoy-style L7 reverse proxy. Flags follow Envoy's.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "source/common/logger.h"
+#include "source/server/server.h"
+
+namespace {
+
+void Usage(FILE* out) {
+  fprintf(out,
+          "usage: rpx -c CONFIG [options]\n"
+          "  -c, --config-path FILE   Envoy v3 bootstrap (YAML or JSON)\n"
+          "  --concurrency N          worker threads (default: number of cores)\n"
+          "  --mode serve|validate    validate: check the config, print every error, exit\n"
+          "  -l, --log-level LEVEL    trace, debug, info, warning, error, critical, off\n"
+          "  --service-node NAME      node id (overrides node.id)\n"
+          "  --service-cluster NAME   node cluster (overrides node.cluster)\n"
+          "  --version, -h/--help\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  rpx::ServerOptions options;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    std::string value;
+    bool has_inline = false;
+    size_t eq = arg.find('=');
+    if (arg.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+      has_inline = true;
+    }
+    auto next = [&](const char* name) -> std::string {
+      if (has_inline) return value;
+      if (i + 1 >= argc) {
+        fprintf(stderr, "error: %s needs a value\n", name);
+        exit(1);
+      }
+      return argv[++i];
+    };
+    if (arg == "-c" || arg == "--config-path") {
+      options.config_path = next("--config-path");
+    } else if (arg == "--concurrency") {
+      std::string v = next("--concurrency");
+      char* end = nullptr;
+      long n = strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || n < 1 || n > 1024) {
+        fprintf(stderr, "error: --concurrency must be an integer in [1, 1024], got '%s'\n",
+                v.c_str());
+        return 1;
+      }
+      options.concurrency = static_cast<uint32_t>(n);
+    } else if (arg == "--mode") {
+      std::string m = next("--mode");
+      if (m == "validate") {
+        options.validate_only = true;
+      } else if (m != "serve") {
+        fprintf(stderr, "error: --mode must be 'serve' or 'validate', got '%s'\n", m.c_str());
+        return 1;
+      }
+    } else if (arg == "-l" || arg == "--log-level") {
+      std::string l = next("--log-level");
+      rpx::LogLevel level;
+      if (!rpx::ParseLogLevel(l, &level)) {
+        fprintf(stderr, "error: unknown log level '%s'\n", l.c_str());
+        return 1;
+      }
+      rpx::SetLogLevel(level);
+    } else if (arg == "--service-node") {
+      options.service_node = next("--service-node");
+    } else if (arg == "--service-cluster") {
+      options.service_cluster = next("--service-cluster");
+    } else if (arg == "--version") {
+      printf("rpx version 0.1.0\n");
+      return 0;
+    } else if (arg == "-h" || arg == "--help") {
+      Usage(stdout);
+      return 0;
+    } else {
+      fprintf(stderr, "error: unknown argument '%s'\n", argv[i]);
+      Usage(stderr);
+      return 1;
+    }
+  }
+  if (options.config_path.empty()) {
+    fprintf(stderr, "error: a configuration is required (-c FILE)\n");
+    Usage(stderr);
+    return 1;
+  }
+  return rpx::RunServer(options);
+}

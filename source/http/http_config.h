@@ -1,0 +1,53 @@
+// Settings of one HTTP connection manager (a listener's http_connection_manager filter),
+// immutable once built on the main thread, plus its per-worker stats.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "source/common/stats.h"
+
+namespace rpx {
+
+struct alignas(64) HttpStats {
+  Counter downstream_cx_total;
+  Gauge downstream_cx_active;
+  Counter downstream_cx_protocol_error;
+  Counter downstream_cx_idle_timeout;
+  Counter downstream_cx_headers_timeout;
+  Counter downstream_rq_total;
+  Gauge downstream_rq_active;
+  Counter downstream_rq_1xx, downstream_rq_2xx, downstream_rq_3xx, downstream_rq_4xx,
+      downstream_rq_5xx;
+  Counter downstream_rq_idle_timeout;
+  Counter downstream_rq_timeout;
+  Counter downstream_rq_rx_reset;  // the client went away mid-stream
+  Counter no_route;
+  Counter no_cluster;
+  Counter rq_direct_response;
+  Counter rq_redirect;
+};
+
+struct HttpConfig {
+  enum class ServerHeader { kOverwrite, kAppendIfAbsent, kPassThrough };
+  std::string stat_prefix;
+  uint64_t stream_idle_timeout_ms = 300 * 1000;  // Envoy's default: 5 minutes
+  uint64_t request_timeout_ms = 0;               // 0: disabled
+  uint64_t request_headers_timeout_ms = 0;       // 0: disabled
+  uint64_t idle_timeout_ms = 3600 * 1000;        // connection idle (no stream); 0: disabled
+  uint32_t max_request_headers_kb = 60;
+  uint32_t max_headers_count = 100;
+  uint32_t max_requests_per_connection = 0;  // 0: unlimited
+  uint32_t buffer_limit = 1024 * 1024;
+  bool use_remote_address = false;
+  bool skip_xff_append = false;
+  bool generate_request_id = true;
+  std::string server_name = "rpx";
+  ServerHeader server_header = ServerHeader::kOverwrite;
+  // Per-worker stats, indexed by worker index modulo stats_slots.
+  std::unique_ptr<HttpStats[]> stats;
+  uint32_t stats_slots = 0;
+};
+
+}  // namespace rpx

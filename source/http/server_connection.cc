@@ -1,0 +1,410 @@
+#include "source/http/server_connection.h"
+
+#include <cstdio>
+
+#include "source/common/logger.h"
+
+namespace rpx {
+namespace {
+// Unparsed bytes buffered while a request is in flight (pipelined requests) before we stop reading.
+constexpr size_t kMaxPipelinedBytes = 64 * 1024;
+
+void AppendStatusLine(Buffer& out, int status, const std::string& reason) {
+  char buf[64];
+  int n = snprintf(buf, sizeof(buf), "HTTP/1.1 %d ", status);
+  out.Append(buf, n);
+  if (reason.empty()) {
+    out.Append(ReasonPhrase(status));
+  } else {
+    out.Append(reason);
+  }
+  out.Append("\r\n", 2);
+}
+
+bool StatusHasNoBody(int status) {
+  return (status >= 100 && status < 200) || status == 204 || status == 304;
+}
+}  // namespace
+
+ServerConnection::ServerConnection(std::unique_ptr<Connection> conn,
+                                   std::shared_ptr<const HttpConfig> config, HttpStats& stats,
+                                   StreamHandlerFactory& factory, SocketAddress peer,
+                                   std::function<void(ServerConnection*)> on_closed)
+    : conn_(std::move(conn)),
+      config_(std::move(config)),
+      stats_(stats),
+      factory_(factory),
+      peer_(peer),
+      on_closed_(std::move(on_closed)),
+      parser_(Http1Parser::Type::kRequest, *this,
+              Http1Parser::Limits{config_->max_request_headers_kb * 1024,
+                                  config_->max_headers_count}) {
+  conn_->SetCallbacks(this);
+  Dispatcher& d = conn_->dispatcher();
+  idle_timer_ = d.CreateTimer([this] {
+    if (stream_active_) return;
+    if (parser_.in_message()) {
+      stats_.downstream_cx_headers_timeout.Inc();
+      SendLocalReply(408, "request headers timeout\n", nullptr, "text/plain");
+    } else {
+      stats_.downstream_cx_idle_timeout.Inc();
+    }
+    Close(true);
+  });
+  stream_timer_ = d.CreateTimer([this] { OnStreamIdleTimeout(); });
+  request_timer_ = d.CreateTimer([this] {
+    if (!stream_active_ || request_complete_) return;
+    stats_.downstream_rq_timeout.Inc();
+    if (!response_started_) {
+      SendLocalReply(408, "request timeout\n", nullptr, "text/plain");
+    } else {
+      ResetStream();
+    }
+  });
+  if (config_->idle_timeout_ms) idle_timer_->Enable(config_->idle_timeout_ms);
+  stats_.downstream_cx_total.Inc();
+  stats_.downstream_cx_active.Inc();
+}
+
+ServerConnection::~ServerConnection() {
+  if (!closed_) {
+    closed_ = true;
+    stats_.downstream_cx_active.Dec();
+  }
+}
+
+void ServerConnection::OnData(Buffer&) {
+  if (!stream_active_ && config_->request_headers_timeout_ms && !parser_.in_message()) {
+    idle_timer_->Enable(config_->request_headers_timeout_ms);
+  } else if (!stream_active_ && config_->idle_timeout_ms && !config_->request_headers_timeout_ms) {
+    idle_timer_->Enable(config_->idle_timeout_ms);
+  }
+  if (stream_active_ && config_->stream_idle_timeout_ms) {
+    stream_timer_->Enable(config_->stream_idle_timeout_ms);
+  }
+  ProcessInput();
+}
+
+void ServerConnection::ProcessInput() {
+  if (processing_ || closed_) return;
+  processing_ = true;
+  Buffer& in = conn_->read_buffer();
+  while (!closed_ && !in.empty()) {
+    if (stream_active_ && request_complete_) break;  // next request waits for this response
+    size_t consumed = 0;
+    Http1Parser::Result r = parser_.Execute(in.data(), in.size(), &consumed);
+    if (closed_) break;
+    if (r == Http1Parser::Result::kError) {
+      stats_.downstream_cx_protocol_error.Inc();
+      RPX_LOG(kDebug, "downstream %s: bad request: %s", peer_.ToString(), parser_.error_reason());
+      in.Clear();
+      if (stream_active_) {
+        if (handler_) handler_->OnDownstreamReset();
+        EndStream();
+        // A response may already be on its way; it cannot be completed.
+        Close(false);
+      } else {
+        close_after_response_ = true;
+        SendLocalReply(parser_.error_status(), parser_.error_reason() + "\n", nullptr,
+                       "text/plain");
+        Close(true);
+      }
+      break;
+    }
+    in.Drain(consumed);
+    if (r == Http1Parser::Result::kPaused) {
+      // A request ended. If its response is already done (local reply), go on to the next.
+      if (!stream_active_) {
+        parser_.Resume();
+        continue;
+      }
+      break;
+    }
+  }
+  processing_ = false;
+  UpdateReadDisable();
+}
+
+void ServerConnection::UpdateReadDisable() {
+  if (closed_) return;
+  bool disable = upstream_backpressure_ ||
+                 (stream_active_ && request_complete_ &&
+                  conn_->read_buffer().size() >= kMaxPipelinedBytes);
+  conn_->ReadDisable(disable);
+}
+
+void ServerConnection::OnHead() {
+  RequestHead& head = parser_.request();
+  stream_active_ = true;
+  request_complete_ = false;
+  response_started_ = false;
+  response_chunked_ = false;
+  request_has_body_ = head.has_body();
+  response_no_body_ = head.method == "HEAD";
+  ++requests_;
+  close_after_response_ = !head.keep_alive || drain_ ||
+                          (config_->max_requests_per_connection &&
+                           requests_ >= config_->max_requests_per_connection);
+  stats_.downstream_rq_total.Inc();
+  stats_.downstream_rq_active.Inc();
+  idle_timer_->Disable();
+  if (config_->stream_idle_timeout_ms) stream_timer_->Enable(config_->stream_idle_timeout_ms);
+  if (config_->request_timeout_ms && request_has_body_) {
+    request_timer_->Enable(config_->request_timeout_ms);
+  }
+  handler_ = factory_.CreateStream(*this);
+  handler_->OnRequestHeaders(head, !request_has_body_);
+}
+
+void ServerConnection::OnBody(const char* data, size_t len) {
+  if (handler_) handler_->OnRequestData(data, len, false);
+}
+
+void ServerConnection::OnMessageComplete() {
+  request_complete_ = true;
+  request_timer_->Disable();
+  if (handler_ && request_has_body_) handler_->OnRequestData(nullptr, 0, true);
+}
+
+void ServerConnection::EncodeHeaders(ResponseHead& head, bool end_stream) {
+  if (closed_ || response_started_) return;
+  response_started_ = true;
+  CountStatus(head.status);
+  const RequestHead& req = parser_.request();
+  bool no_body = response_no_body_ || StatusHasNoBody(head.status);
+  bool http10 = req.version_minor == 0;
+  if (!no_body && !head.has_content_length && !end_stream) {
+    if (http10) {
+      close_after_response_ = true;  // HTTP/1.0 has no chunked: the close ends the body
+    } else {
+      response_chunked_ = true;
+    }
+  }
+  // A response that ends before its request body was read leaves the connection unusable.
+  if (!request_complete_ && request_has_body_) close_after_response_ = true;
+  Buffer& out = conn_->write_buffer();
+  AppendStatusLine(out, head.status, head.reason);
+  switch (config_->server_header) {
+    case HttpConfig::ServerHeader::kOverwrite:
+      head.headers.Set("server", config_->server_name);
+      break;
+    case HttpConfig::ServerHeader::kAppendIfAbsent:
+      if (!head.headers.Get("server")) head.headers.Add("server", config_->server_name);
+      break;
+    case HttpConfig::ServerHeader::kPassThrough:
+      break;
+  }
+  for (const auto& e : head.headers.entries()) {
+    out.Append(e.first);
+    out.Append(": ", 2);
+    out.Append(e.second);
+    out.Append("\r\n", 2);
+  }
+  if (head.has_content_length && !(StatusHasNoBody(head.status) && head.status != 304)) {
+    char buf[48];
+    int n = snprintf(buf, sizeof(buf), "content-length: %llu\r\n",
+                     static_cast<unsigned long long>(head.content_length));
+    out.Append(buf, n);
+  } else if (response_chunked_ && !response_no_body_) {
+    out.Append("transfer-encoding: chunked\r\n");
+  } else if (!no_body && end_stream) {
+    out.Append("content-length: 0\r\n");
+  }
+  if (close_after_response_) {
+    out.Append("connection: close\r\n");
+  } else if (http10) {
+    out.Append("connection: keep-alive\r\n");
+  }
+  out.Append("\r\n", 2);
+  conn_->ScheduleWrite();
+  if (end_stream) EndResponse();
+}
+
+void ServerConnection::EncodeData(const char* data, size_t len, bool end_stream) {
+  if (closed_) return;
+  if (config_->stream_idle_timeout_ms && len) {
+    stream_timer_->Enable(config_->stream_idle_timeout_ms);
+  }
+  if (!response_no_body_ && len > 0) {
+    Buffer& out = conn_->write_buffer();
+    if (response_chunked_) {
+      char buf[24];
+      int n = snprintf(buf, sizeof(buf), "%zx\r\n", len);
+      out.Append(buf, n);
+      out.Append(data, len);
+      out.Append("\r\n", 2);
+    } else {
+      out.Append(data, len);
+    }
+  }
+  if (end_stream) {
+    if (response_chunked_ && !response_no_body_) conn_->write_buffer().Append("0\r\n\r\n", 5);
+    conn_->ScheduleWrite();
+    EndResponse();
+    return;
+  }
+  conn_->ScheduleWrite();
+}
+
+void ServerConnection::Encode100Continue() {
+  if (closed_ || response_started_) return;
+  conn_->Write("HTTP/1.1 100 Continue\r\n\r\n");
+}
+
+void ServerConnection::SendLocalReply(int status, std::string_view body,
+                                      const HeaderMap* extra_headers,
+                                      std::string_view content_type) {
+  if (closed_) return;
+  if (response_started_) {
+    ResetStream();
+    return;
+  }
+  bool had_stream = stream_active_;
+  if (!had_stream) {
+    // A reply outside any stream (a parse error): answer and count it as a request.
+    stats_.downstream_rq_total.Inc();
+    response_no_body_ = false;
+  }
+  ResponseHead head;
+  head.status = status;
+  if (extra_headers) head.headers = *extra_headers;
+  if (!body.empty()) head.headers.Add("content-type", content_type);
+  head.has_content_length = true;
+  head.content_length = response_no_body_ ? 0 : body.size();
+  if (response_no_body_) head.content_length = body.size();  // HEAD: the length a GET would get
+  if (!had_stream) {
+    response_started_ = true;
+    CountStatus(status);
+    Buffer& out = conn_->write_buffer();
+    AppendStatusLine(out, status, "");
+    for (const auto& e : head.headers.entries()) {
+      out.Append(e.first);
+      out.Append(": ", 2);
+      out.Append(e.second);
+      out.Append("\r\n", 2);
+    }
+    char buf[96];
+    int n = snprintf(buf, sizeof(buf), "server: %s\r\ncontent-length: %zu\r\nconnection: close\r\n\r\n",
+                     config_->server_name.c_str(), body.size());
+    out.Append(buf, n);
+    out.Append(body);
+    conn_->ScheduleWrite();
+    response_started_ = false;
+    return;
+  }
+  EncodeHeaders(head, body.empty() || response_no_body_);
+  if (!body.empty() && !response_no_body_ && !closed_) EncodeData(body.data(), body.size(), true);
+}
+
+void ServerConnection::CountStatus(int status) {
+  if (status < 200) {
+    stats_.downstream_rq_1xx.Inc();
+  } else if (status < 300) {
+    stats_.downstream_rq_2xx.Inc();
+  } else if (status < 400) {
+    stats_.downstream_rq_3xx.Inc();
+  } else if (status < 500) {
+    stats_.downstream_rq_4xx.Inc();
+  } else {
+    stats_.downstream_rq_5xx.Inc();
+  }
+}
+
+void ServerConnection::EndStream() {
+  if (!stream_active_) return;
+  stream_active_ = false;
+  stats_.downstream_rq_active.Dec();
+  stream_timer_->Disable();
+  request_timer_->Disable();
+  if (handler_) conn_->dispatcher().DeferredDelete(std::move(handler_));
+  upstream_backpressure_ = false;
+}
+
+void ServerConnection::EndResponse() {
+  // A request without a body is complete at its head, even while the parser is still inside it.
+  bool request_done = request_complete_ || !request_has_body_;
+  EndStream();
+  if (close_after_response_ || !request_done) {
+    Close(true);
+    return;
+  }
+  parser_.Resume();
+  request_complete_ = false;
+  response_started_ = false;
+  if (config_->idle_timeout_ms) idle_timer_->Enable(config_->idle_timeout_ms);
+  UpdateReadDisable();
+  // Pipelined requests may already be buffered.
+  if (!conn_->read_buffer().empty()) ProcessInput();
+}
+
+void ServerConnection::ResetStream() {
+  if (closed_) return;
+  if (stream_active_) {
+    stats_.downstream_rq_rx_reset.Inc();
+    EndStream();
+  }
+  Close(false);
+}
+
+void ServerConnection::ReadDisable(bool disable) {
+  upstream_backpressure_ = disable;
+  UpdateReadDisable();
+  // Resuming: bytes may be waiting in the buffer.
+  if (!disable && !processing_ && !conn_->read_buffer().empty()) ProcessInput();
+}
+
+void ServerConnection::OnStreamIdleTimeout() {
+  if (!stream_active_) return;
+  stats_.downstream_rq_idle_timeout.Inc();
+  if (handler_) handler_->OnDownstreamReset();
+  if (!response_started_) {
+    close_after_response_ = true;
+    auto h = std::move(handler_);
+    if (h) conn_->dispatcher().DeferredDelete(std::move(h));
+    SendLocalReply(408, "stream idle timeout\n", nullptr, "text/plain");
+    if (stream_active_) EndResponse();
+  } else {
+    ResetStream();
+  }
+}
+
+void ServerConnection::CloseWhenIdle() {
+  drain_ = true;
+  if (!stream_active_) Close(true);
+}
+
+void ServerConnection::Close(bool flush) {
+  if (closed_) return;
+  closed_ = true;
+  stats_.downstream_cx_active.Dec();
+  idle_timer_->Disable();
+  stream_timer_->Disable();
+  request_timer_->Disable();
+  if (stream_active_) {
+    stream_active_ = false;
+    stats_.downstream_rq_active.Dec();
+    if (handler_) {
+      handler_->OnDownstreamReset();
+      conn_->dispatcher().DeferredDelete(std::move(handler_));
+    }
+  }
+  conn_->Close(flush ? Connection::CloseType::kFlushWrite : Connection::CloseType::kNoFlush, false);
+  if (on_closed_) on_closed_(this);
+}
+
+void ServerConnection::OnEvent(ConnectionEvent event) {
+  if (event == ConnectionEvent::kRemoteClose || event == ConnectionEvent::kLocalClose) {
+    if (stream_active_) stats_.downstream_rq_rx_reset.Inc();
+    Close(false);
+  }
+}
+
+void ServerConnection::OnAboveWriteHighWatermark() {
+  if (handler_) handler_->OnDownstreamWatermark(true);
+}
+
+void ServerConnection::OnBelowWriteLowWatermark() {
+  if (handler_) handler_->OnDownstreamWatermark(false);
+}
+
+}  // namespace rpx

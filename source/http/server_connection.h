@@ -1,0 +1,88 @@
+// ServerConnection: one downstream HTTP/1.1 connection (the HTTP connection manager role). It
+// parses requests one at a time (pipelined requests wait, in order, in the read buffer), hands
+// each to a StreamHandler, and encodes the response with the framing the client can take
+// (Content-Length, chunked, or close-delimited for HTTP/1.0).
+// Owned by the worker's connection list; runs on the worker's thread; deleted deferred.
+#pragma once
+
+#include <functional>
+#include <memory>
+
+#include "source/http/headers.h"
+#include "source/http/http1_parser.h"
+#include "source/http/http_config.h"
+#include "source/http/stream.h"
+#include "source/network/connection.h"
+
+namespace rpx {
+
+class ServerConnection : public ConnectionCallbacks,
+                         public Http1ParserCallbacks,
+                         public ResponseEncoder,
+                         public DeferredDeletable {
+ public:
+  // `on_closed` runs once when the connection closes (the owner then defer-deletes it).
+  ServerConnection(std::unique_ptr<Connection> conn, std::shared_ptr<const HttpConfig> config,
+                   HttpStats& stats, StreamHandlerFactory& factory, SocketAddress peer,
+                   std::function<void(ServerConnection*)> on_closed);
+  ~ServerConnection() override;
+
+  // Closes after the stream in flight (or now, when idle). Used for drain.
+  void CloseWhenIdle();
+
+  // ConnectionCallbacks
+  void OnData(Buffer& in) override;
+  void OnEvent(ConnectionEvent event) override;
+  void OnAboveWriteHighWatermark() override;
+  void OnBelowWriteLowWatermark() override;
+  // Http1ParserCallbacks
+  void OnHead() override;
+  void OnBody(const char* data, size_t len) override;
+  void OnMessageComplete() override;
+  // ResponseEncoder
+  void EncodeHeaders(ResponseHead& head, bool end_stream) override;
+  void EncodeData(const char* data, size_t len, bool end_stream) override;
+  void Encode100Continue() override;
+  void SendLocalReply(int status, std::string_view body, const HeaderMap* extra_headers,
+                      std::string_view content_type) override;
+  void ResetStream() override;
+  void ReadDisable(bool disable) override;
+  bool response_started() const override { return response_started_; }
+  const SocketAddress& remote_address() const override { return peer_; }
+  bool is_tls() const override { return false; }
+
+ private:
+  void ProcessInput();
+  void EndResponse();
+  void EndStream();
+  void Close(bool flush);
+  void OnStreamIdleTimeout();
+  void CountStatus(int status);
+  void UpdateReadDisable();
+
+  std::unique_ptr<Connection> conn_;
+  std::shared_ptr<const HttpConfig> config_;
+  HttpStats& stats_;
+  StreamHandlerFactory& factory_;
+  SocketAddress peer_;
+  std::function<void(ServerConnection*)> on_closed_;
+  Http1Parser parser_;
+  std::unique_ptr<StreamHandler> handler_;
+  std::unique_ptr<Timer> idle_timer_;    // connection idle, or request headers timeout
+  std::unique_ptr<Timer> stream_timer_;  // stream idle timeout
+  std::unique_ptr<Timer> request_timer_; // request_timeout
+  bool stream_active_ = false;
+  bool request_complete_ = false;
+  bool request_has_body_ = false;
+  bool response_started_ = false;
+  bool response_chunked_ = false;
+  bool response_no_body_ = false;
+  bool close_after_response_ = false;
+  bool processing_ = false;
+  bool closed_ = false;
+  bool upstream_backpressure_ = false;
+  bool drain_ = false;
+  uint32_t requests_ = 0;
+};
+
+}  // namespace rpx

@@ -1,0 +1,161 @@
+// RouteTable: an immutable, validated form of one envoy.config.route.v3.RouteConfiguration.
+// Built on the main thread (Create), then shared read-only by every worker through
+// shared_ptr<const RouteTable>; a request keeps the table it started with alive until it ends.
+//
+// Virtual host selection follows Envoy: exact domain, then `*.suffix` wildcards longest first,
+// then `prefix.*` longest first, then `*`. Matching ignores case and the port. Within a virtual
+// host the first route whose match succeeds wins.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "envoy/config/route/v3/route.pb.h"
+#include "re2/re2.h"
+#include "source/http/headers.h"
+
+namespace rpx {
+
+// envoy.type.matcher.v3.StringMatcher.
+class StringMatch {
+ public:
+  static absl::StatusOr<StringMatch> Create(const envoy::type::matcher::v3::StringMatcher& m,
+                                            const std::string& path);
+  bool Matches(std::string_view value) const;
+
+ private:
+  enum class Kind { kExact, kPrefix, kSuffix, kContains, kRegex };
+  Kind kind_ = Kind::kExact;
+  std::string value_;
+  bool ignore_case_ = false;
+  std::shared_ptr<const RE2> regex_;
+};
+
+// envoy.config.route.v3.HeaderMatcher.
+struct HeaderMatch {
+  enum class Kind { kPresent, kString, kRange };
+  std::string name;
+  Kind kind = Kind::kPresent;
+  bool present = true;
+  StringMatch string_match;
+  int64_t range_start = 0, range_end = 0;
+  bool invert = false;
+  bool treat_missing_as_empty = false;
+  bool Matches(const HeaderMap& headers) const;
+};
+
+struct QueryParamMatch {
+  std::string name;
+  bool present_only = false;
+  StringMatch string_match;
+};
+
+// envoy.config.core.v3.HeaderValueOption.
+struct HeaderToAdd {
+  enum class Action { kAppendOrAdd, kAddIfAbsent, kOverwriteOrAdd, kOverwriteIfExists };
+  std::string key;  // lower case
+  std::string value;
+  Action action = Action::kAppendOrAdd;
+  bool keep_empty = false;
+};
+
+struct HeaderOps {
+  std::vector<HeaderToAdd> add;
+  std::vector<std::string> remove;  // lower case
+  bool empty() const { return add.empty() && remove.empty(); }
+  void Apply(HeaderMap& headers) const;
+};
+
+struct WeightedTarget {
+  std::string cluster;
+  uint32_t weight;
+  HeaderOps request_ops, response_ops;
+};
+
+struct RouteEntry {
+  // Match.
+  enum class PathKind { kPrefix, kPath, kRegex, kSeparatedPrefix };
+  PathKind path_kind = PathKind::kPrefix;
+  std::string path_value;
+  bool case_sensitive = true;
+  std::shared_ptr<const RE2> path_regex;
+  std::vector<HeaderMatch> headers;
+  std::vector<QueryParamMatch> query_params;
+  bool grpc_only = false;
+
+  // Action.
+  enum class Action { kCluster, kWeightedClusters, kRedirect, kDirectResponse };
+  Action action = Action::kCluster;
+  std::string name;
+  std::string cluster;
+  std::vector<WeightedTarget> weighted;
+  uint64_t total_weight = 0;
+  std::string prefix_rewrite;
+  std::string host_rewrite_literal;
+  bool auto_host_rewrite = false;
+  uint64_t timeout_ms = 15000;  // 0 disables the route timeout
+
+  // Redirect.
+  std::string redirect_scheme, redirect_host, redirect_path, redirect_prefix;
+  uint32_t redirect_port = 0;
+  int redirect_code = 301;
+  bool strip_query = false;
+
+  // Direct response.
+  int direct_status = 200;
+  std::string direct_body;
+  bool has_direct_body = false;
+
+  HeaderOps request_ops, response_ops;
+
+  bool Matches(const RequestHead& req, std::string_view path_no_query,
+               std::string_view query) const;
+  // Picks a weighted target with `random` (any 64-bit value).
+  const WeightedTarget& PickWeighted(uint64_t random) const;
+  // The Location header for a redirect route.
+  std::string RedirectLocation(const RequestHead& req, bool downstream_tls) const;
+};
+
+struct VirtualHostEntry {
+  std::string name;
+  std::vector<RouteEntry> routes;
+  HeaderOps request_ops, response_ops;
+};
+
+class RouteTable {
+ public:
+  // `path` names where the RouteConfiguration came from, for error messages (e.g.
+  // "static_resources.listeners[0]...route_config").
+  static absl::StatusOr<std::shared_ptr<const RouteTable>> Create(
+      const envoy::config::route::v3::RouteConfiguration& config, const std::string& path);
+
+  const std::string& name() const { return name_; }
+  const VirtualHostEntry* FindVirtualHost(std::string_view host) const;
+  // Returns the route for `req` (nullptr: no virtual host or no route; *vhost set if found).
+  const RouteEntry* Route(const RequestHead& req, const VirtualHostEntry** vhost) const;
+  // Every cluster name any route may send to (for validation against the cluster set).
+  std::vector<std::string> ReferencedClusters() const;
+  size_t virtual_host_count() const { return vhosts_.size(); }
+  const HeaderOps& request_ops() const { return request_ops_; }
+  const HeaderOps& response_ops() const { return response_ops_; }
+
+ private:
+  RouteTable() = default;
+  const VirtualHostEntry* FindNoPort(std::string_view host) const;
+  std::string name_;
+  std::vector<std::unique_ptr<VirtualHostEntry>> vhosts_;
+  absl::flat_hash_map<std::string, const VirtualHostEntry*> exact_;
+  // Wildcards keyed by length of the literal part, longest first.
+  std::map<size_t, absl::flat_hash_map<std::string, const VirtualHostEntry*>, std::greater<size_t>>
+      suffix_, prefix_;
+  const VirtualHostEntry* default_ = nullptr;
+  HeaderOps request_ops_, response_ops_;
+};
+
+}  // namespace rpx

@@ -1,0 +1,349 @@
+#include "source/router/router.h"
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "source/common/logger.h"
+#include "source/upstream/conn_pool.h"
+
+namespace rpx {
+namespace {
+
+class RouterStream : public StreamHandler, public PoolCallbacks, public ResponseDecoder {
+ public:
+  RouterStream(Router& router, ResponseEncoder& encoder)
+      : router_(router), encoder_(encoder), routes_(router.routes()) {}
+  ~RouterStream() override { Cleanup(); }
+
+  // StreamHandler
+  void OnRequestHeaders(RequestHead& head, bool end_stream) override;
+  void OnRequestData(const char* data, size_t len, bool end_stream) override;
+  void OnDownstreamReset() override;
+  void OnDownstreamWatermark(bool above) override;
+  // PoolCallbacks
+  void OnPoolReady(UpstreamClient& client) override;
+  void OnPoolFailure(PoolFailure reason, const std::string& detail) override;
+  // ResponseDecoder
+  void OnResponseHeaders(ResponseHead& head, bool end_stream) override;
+  void OnResponseData(const char* data, size_t len, bool end_stream) override;
+  void OnUpstreamReset(UpstreamResetReason reason, const std::string& detail) override;
+  void OnUpstreamWriteWatermark(bool above) override;
+
+ private:
+  void RewriteRequest(RequestHead& head, const VirtualHostEntry& vh, const WeightedTarget* wt);
+  void StartRouteTimer();
+  void OnRouteTimeout();
+  void LocalReply(int status, std::string_view body);
+  void Cleanup();
+  void Finish();
+
+  Router& router_;
+  ResponseEncoder& encoder_;
+  std::shared_ptr<const RouteTable> routes_;  // the table this request started with
+  RequestHead* head_ = nullptr;
+  const RouteEntry* route_ = nullptr;
+  const VirtualHostEntry* vhost_ = nullptr;
+  const WeightedTarget* weighted_ = nullptr;
+  WorkerCluster* cluster_ = nullptr;
+  std::shared_ptr<const ClusterInfo> cluster_info_;  // keeps the resources/stats alive
+  ConnPool* pool_ = nullptr;
+  ConnPool::Pending* pending_ = nullptr;
+  UpstreamClient* client_ = nullptr;
+  Buffer body_;  // request body received before the upstream connection was ready
+  std::unique_ptr<Timer> route_timer_;
+  bool request_resource_ = false;
+  bool request_complete_ = false;
+  bool done_ = false;
+  bool downstream_paused_by_buffer_ = false;
+};
+
+void RouterStream::LocalReply(int status, std::string_view body) {
+  done_ = true;
+  Cleanup();
+  encoder_.SendLocalReply(status, body, nullptr, "text/plain");
+}
+
+void RouterStream::OnRequestHeaders(RequestHead& head, bool end_stream) {
+  head_ = &head;
+  request_complete_ = end_stream;
+  HttpStats& stats = router_.stats();
+  route_ = routes_->Route(head, &vhost_);
+  if (!route_) {
+    stats.no_route.Inc();
+    LocalReply(404, "no route matched this request\n");
+    return;
+  }
+  switch (route_->action) {
+    case RouteEntry::Action::kDirectResponse: {
+      stats.rq_direct_response.Inc();
+      done_ = true;
+      HeaderMap extra;
+      if (!route_->response_ops.empty() || !vhost_->response_ops.empty() ||
+          !routes_->response_ops().empty()) {
+        route_->response_ops.Apply(extra);
+        vhost_->response_ops.Apply(extra);
+        routes_->response_ops().Apply(extra);
+      }
+      encoder_.SendLocalReply(route_->direct_status, route_->direct_body, &extra,
+                              "text/plain");
+      return;
+    }
+    case RouteEntry::Action::kRedirect: {
+      stats.rq_redirect.Inc();
+      done_ = true;
+      HeaderMap extra;
+      extra.Add("location", route_->RedirectLocation(head, encoder_.is_tls()));
+      encoder_.SendLocalReply(route_->redirect_code, "", &extra, "text/plain");
+      return;
+    }
+    case RouteEntry::Action::kWeightedClusters:
+      weighted_ = &route_->PickWeighted(router_.random().Next());
+      break;
+    case RouteEntry::Action::kCluster:
+      break;
+  }
+  const std::string& cluster_name = weighted_ ? weighted_->cluster : route_->cluster;
+  cluster_ = router_.clusters().Get(cluster_name);
+  if (!cluster_) {
+    stats.no_cluster.Inc();
+    LocalReply(503, absl::StrCat("cluster not found: ", cluster_name, "\n"));
+    return;
+  }
+  cluster_info_ = nullptr;
+  ClusterStats& cstats = cluster_->stats();
+  pool_ = cluster_->ChoosePool(router_.random().Next());
+  if (!pool_) {
+    LocalReply(503, "no healthy upstream\n");
+    return;
+  }
+  if (!pool_->cluster().resources->TryAcquireRequest()) {
+    cstats.upstream_rq_pending_overflow.Inc();
+    LocalReply(503, "upstream overflow: too many active requests\n");
+    return;
+  }
+  request_resource_ = true;
+  RewriteRequest(head, *vhost_, weighted_);
+  if (head.expect_continue) {
+    // rpx answers 100-continue itself (as Envoy does by default); the upstream never sees Expect.
+    encoder_.Encode100Continue();
+  }
+  if (end_stream) StartRouteTimer();
+  pending_ = pool_->NewStream(*this);
+}
+
+void RouterStream::RewriteRequest(RequestHead& head, const VirtualHostEntry& vh,
+                                  const WeightedTarget* wt) {
+  HeaderMap& h = head.headers;
+  RemoveHopByHopHeaders(h);
+  h.Remove("content-length");
+  h.Remove("expect");
+  const HttpConfig& config = router_.config();
+  if (!config.skip_xff_append) {
+    std::string ip = encoder_.remote_address().Ip();
+    if (const std::string* xff = h.Get("x-forwarded-for")) {
+      h.Set("x-forwarded-for", absl::StrCat(*xff, ", ", ip));
+    } else {
+      h.Add("x-forwarded-for", ip);
+    }
+  }
+  const char* proto = encoder_.is_tls() ? "https" : "http";
+  if (config.use_remote_address || !h.Get("x-forwarded-proto")) {
+    h.Set("x-forwarded-proto", proto);
+  }
+  if (config.generate_request_id && !h.Get("x-request-id")) {
+    h.Add("x-request-id", router_.random().Uuid());
+  }
+  // Envoy's order: the most specific level first.
+  if (wt) wt->request_ops.Apply(h);
+  route_->request_ops.Apply(h);
+  vh.request_ops.Apply(h);
+  routes_->request_ops().Apply(h);
+  // Path and host rewrites.
+  if (!route_->prefix_rewrite.empty() && route_->path_kind != RouteEntry::PathKind::kRegex) {
+    size_t matched = route_->path_value.size();
+    if (route_->path_kind == RouteEntry::PathKind::kPath) {
+      size_t q = head.path.find('?');
+      matched = q == std::string::npos ? head.path.size() : q;
+    }
+    head.path = absl::StrCat(route_->prefix_rewrite, head.path.substr(std::min(matched, head.path.size())));
+  }
+  if (!route_->host_rewrite_literal.empty()) {
+    head.host = route_->host_rewrite_literal;
+    h.Set("x-forwarded-host", head.host);
+  } else if (route_->auto_host_rewrite && !pool_->host().hostname.empty()) {
+    head.host = pool_->host().hostname;
+  }
+  if (h.Get("host") == nullptr || *h.Get("host") != head.host) h.Set("host", head.host);
+}
+
+void RouterStream::StartRouteTimer() {
+  if (route_->timeout_ms == 0 || route_timer_) return;
+  route_timer_ = router_.dispatcher().CreateTimer([this] { OnRouteTimeout(); });
+  route_timer_->Enable(route_->timeout_ms);
+}
+
+void RouterStream::OnRouteTimeout() {
+  if (done_) return;
+  cluster_->stats().upstream_rq_timeout.Inc();
+  if (encoder_.response_started()) {
+    done_ = true;
+    Cleanup();
+    encoder_.ResetStream();
+    return;
+  }
+  LocalReply(504, "upstream request timeout\n");
+}
+
+void RouterStream::OnRequestData(const char* data, size_t len, bool end_stream) {
+  if (done_) return;
+  if (end_stream) {
+    request_complete_ = true;
+    StartRouteTimer();
+  }
+  if (client_) {
+    client_->SendData(data, len, end_stream);
+    return;
+  }
+  body_.Append(data, len);
+  if (body_.size() > router_.config().buffer_limit && !downstream_paused_by_buffer_) {
+    downstream_paused_by_buffer_ = true;
+    encoder_.ReadDisable(true);
+  }
+}
+
+void RouterStream::OnPoolReady(UpstreamClient& client) {
+  pending_ = nullptr;
+  client_ = &client;
+  client.StartRequest(this, *head_);
+  if (!body_.empty() || request_complete_) {
+    if (!body_.empty() || head_->has_body()) {
+      client.SendData(body_.data(), body_.size(), request_complete_);
+    }
+    body_.Clear();
+  }
+  if (downstream_paused_by_buffer_) {
+    downstream_paused_by_buffer_ = false;
+    encoder_.ReadDisable(false);
+  }
+}
+
+void RouterStream::OnPoolFailure(PoolFailure reason, const std::string& detail) {
+  pending_ = nullptr;
+  switch (reason) {
+    case PoolFailure::kOverflow:
+      LocalReply(503, detail + "\n");
+      return;
+    case PoolFailure::kConnectTimeout:
+      LocalReply(503, "upstream connect timeout\n");
+      return;
+    default:
+      LocalReply(503, absl::StrCat("upstream connect error: ", detail, "\n"));
+  }
+}
+
+void RouterStream::OnResponseHeaders(ResponseHead& head, bool end_stream) {
+  if (done_) return;
+  ClusterStats& cs = cluster_->stats();
+  int s = head.status;
+  if (s < 300) {
+    cs.upstream_rq_2xx.Inc();
+  } else if (s < 400) {
+    cs.upstream_rq_3xx.Inc();
+  } else if (s < 500) {
+    cs.upstream_rq_4xx.Inc();
+  } else {
+    cs.upstream_rq_5xx.Inc();
+  }
+  RemoveHopByHopHeaders(head.headers);
+  head.headers.Remove("content-length");
+  if (weighted_) weighted_->response_ops.Apply(head.headers);
+  route_->response_ops.Apply(head.headers);
+  vhost_->response_ops.Apply(head.headers);
+  routes_->response_ops().Apply(head.headers);
+  encoder_.EncodeHeaders(head, end_stream);
+}
+
+void RouterStream::OnResponseData(const char* data, size_t len, bool end_stream) {
+  if (done_) return;
+  if (end_stream) {
+    // The upstream connection goes back to its pool; nothing more to do with it.
+    client_ = nullptr;
+    done_ = true;
+    Cleanup();
+  }
+  encoder_.EncodeData(data, len, end_stream);
+}
+
+void RouterStream::OnUpstreamReset(UpstreamResetReason reason, const std::string& detail) {
+  client_ = nullptr;
+  if (done_) return;
+  if (encoder_.response_started()) {
+    done_ = true;
+    Cleanup();
+    encoder_.ResetStream();
+    return;
+  }
+  LocalReply(502, detail + "\n");
+}
+
+void RouterStream::OnUpstreamWriteWatermark(bool above) { encoder_.ReadDisable(above); }
+
+void RouterStream::OnDownstreamWatermark(bool above) {
+  if (client_) client_->ReadDisable(above);
+}
+
+void RouterStream::OnDownstreamReset() {
+  done_ = true;
+  Cleanup();
+}
+
+void RouterStream::Cleanup() {
+  if (route_timer_) route_timer_->Disable();
+  if (pending_) {
+    pool_->Cancel(pending_);
+    pending_ = nullptr;
+  }
+  if (client_) {
+    UpstreamClient* c = client_;
+    client_ = nullptr;
+    c->Reset();
+  }
+  if (request_resource_) {
+    request_resource_ = false;
+    pool_->cluster().resources->ReleaseRequest();
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<StreamHandler> Router::CreateStream(ResponseEncoder& encoder) {
+  return std::make_unique<RouterStream>(*this, encoder);
+}
+
+void RemoveHopByHopHeaders(HeaderMap& headers) {
+  auto& entries = headers.mutable_entries();
+  // Names listed in Connection are hop-by-hop too.
+  std::vector<std::string> listed;
+  for (const auto& e : entries) {
+    if (e.first != "connection") continue;
+    for (absl::string_view token : absl::StrSplit(e.second, ',')) {
+      std::string t = absl::AsciiStrToLower(absl::StripAsciiWhitespace(token));
+      if (!t.empty()) listed.push_back(std::move(t));
+    }
+  }
+  size_t out = 0;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const std::string& n = entries[i].first;
+    bool drop = n == "connection" || n == "keep-alive" || n == "proxy-connection" ||
+                n == "transfer-encoding" || n == "upgrade" || n == "trailer" ||
+                (n == "te" && !EqualsIgnoreCase(entries[i].second, "trailers"));
+    for (const auto& l : listed) drop |= (n == l && n != "te");
+    if (!drop) {
+      if (out != i) entries[out] = std::move(entries[i]);
+      ++out;
+    }
+  }
+  entries.resize(out);
+}
+
+}  // namespace rpx

@@ -1,0 +1,183 @@
+#include "source/server/admin.h"
+
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "source/common/logger.h"
+
+namespace rpx {
+namespace {
+
+class AdminStream : public StreamHandler {
+ public:
+  AdminStream(Admin& admin, ResponseEncoder& encoder) : admin_(admin), encoder_(encoder) {}
+  void OnRequestHeaders(RequestHead& head, bool end_stream) override {
+    head_ = &head;
+    if (end_stream) Respond();
+  }
+  void OnRequestData(const char*, size_t, bool end_stream) override {
+    if (end_stream) Respond();
+  }
+  void OnDownstreamReset() override {}
+  void OnDownstreamWatermark(bool) override {}
+
+ private:
+  void Respond() {
+    int status = 200;
+    std::string content_type = "text/plain";
+    std::string body = admin_.Handle(*head_, &status, &content_type);
+    encoder_.SendLocalReply(status, body, nullptr, content_type);
+  }
+  Admin& admin_;
+  ResponseEncoder& encoder_;
+  RequestHead* head_ = nullptr;
+};
+
+}  // namespace
+
+Admin::Admin(Dispatcher& dispatcher, const ServerConfig& config, uint32_t concurrency,
+             std::function<void()> quit)
+    : dispatcher_(dispatcher), config_(config), concurrency_(concurrency), quit_(std::move(quit)) {
+  http_config_ = std::make_shared<HttpConfig>();
+  http_config_->stat_prefix = "admin";
+  http_config_->stats_slots = 1;
+  http_config_->stats.reset(new HttpStats[1]);
+}
+
+Admin::~Admin() {
+  connections_.clear();
+  listener_.reset();
+}
+
+void Admin::Start(int fd) {
+  listener_ = std::make_unique<Listener>(dispatcher_, fd, [this](int cfd, const SocketAddress& peer) {
+    auto conn = std::make_unique<Connection>(dispatcher_, cfd, false, 1024 * 1024);
+    auto sc = std::make_unique<ServerConnection>(
+        std::move(conn), http_config_, http_config_->stats[0], *this, peer,
+        [this](ServerConnection* c) {
+          auto it = connections_.find(c);
+          if (it == connections_.end()) return;
+          dispatcher_.DeferredDelete(std::move(it->second));
+          connections_.erase(it);
+        });
+    ServerConnection* raw = sc.get();
+    connections_.emplace(raw, std::move(sc));
+  });
+}
+
+std::unique_ptr<StreamHandler> Admin::CreateStream(ResponseEncoder& encoder) {
+  return std::make_unique<AdminStream>(*this, encoder);
+}
+
+std::string Admin::Handle(const RequestHead& head, int* status, std::string* content_type) {
+  std::string path = head.path.substr(0, head.path.find('?'));
+  if (path == "/ready") {
+    *status = ready_ ? 200 : 503;
+    return ready_ ? "LIVE\n" : "PRE_INITIALIZING\n";
+  }
+  if (path == "/stats") return StatsText();
+  if (path == "/server_info") {
+    *content_type = "application/json";
+    return absl::StrCat("{\"version\":\"rpx/0.1\",\"state\":\"", ready_ ? "LIVE" : "PRE_INITIALIZING",
+                        "\",\"node\":{\"id\":\"", config_.node_id, "\",\"cluster\":\"",
+                        config_.node_cluster, "\"},\"concurrency\":", concurrency_, "}\n");
+  }
+  if (path == "/quitquitquit") {
+    if (head.method != "POST") {
+      *status = 405;
+      return "use POST\n";
+    }
+    dispatcher_.Post(quit_);
+    return "OK\n";
+  }
+  if (path == "/") {
+    return "rpx admin\n  /ready\n  /stats\n  /server_info\n  /quitquitquit (POST)\n";
+  }
+  *status = 404;
+  return absl::StrCat("unknown admin path: ", path, "\n");
+}
+
+std::string Admin::StatsText() const {
+  std::map<std::string, int64_t> out;
+  for (const auto& [name, entry] : config_.clusters) {
+    const ClusterInfo& c = *entry.info;
+    const ClusterStats* s = c.stats.get();
+    uint32_t n = c.stats_slots;
+    std::string p = absl::StrCat("cluster.", name, ".");
+#define RPX_CLUSTER_STAT(field)                                       \
+  {                                                                   \
+    int64_t total = 0;                                                \
+    for (uint32_t i = 0; i < n; ++i) total += s[i].field.Value();     \
+    out[p + #field] = total;                                          \
+  }
+    RPX_CLUSTER_STAT(upstream_cx_total)
+    RPX_CLUSTER_STAT(upstream_cx_active)
+    RPX_CLUSTER_STAT(upstream_cx_connect_fail)
+    RPX_CLUSTER_STAT(upstream_cx_connect_timeout)
+    RPX_CLUSTER_STAT(upstream_cx_idle_timeout)
+    RPX_CLUSTER_STAT(upstream_cx_max_requests)
+    RPX_CLUSTER_STAT(upstream_cx_destroy_remote)
+    RPX_CLUSTER_STAT(upstream_cx_overflow)
+    RPX_CLUSTER_STAT(upstream_rq_total)
+    RPX_CLUSTER_STAT(upstream_rq_active)
+    RPX_CLUSTER_STAT(upstream_rq_pending_total)
+    RPX_CLUSTER_STAT(upstream_rq_pending_active)
+    RPX_CLUSTER_STAT(upstream_rq_pending_overflow)
+    RPX_CLUSTER_STAT(upstream_rq_timeout)
+    RPX_CLUSTER_STAT(upstream_rq_reset)
+    RPX_CLUSTER_STAT(upstream_rq_2xx)
+    RPX_CLUSTER_STAT(upstream_rq_3xx)
+    RPX_CLUSTER_STAT(upstream_rq_4xx)
+    RPX_CLUSTER_STAT(upstream_rq_5xx)
+#undef RPX_CLUSTER_STAT
+    out[p + "membership_total"] = entry.hosts ? entry.hosts->size() : 0;
+    out[p + "circuit_breakers.default.cx_open_count"] = c.resources->connections();
+    out[p + "circuit_breakers.default.rq_pending_open_count"] = c.resources->pending();
+  }
+  std::map<std::string, bool> seen_prefix;
+  for (const auto& l : config_.listeners) {
+    const HttpConfig& h = *l->http;
+    if (seen_prefix[h.stat_prefix]) continue;  // listeners may share a stat_prefix
+    seen_prefix[h.stat_prefix] = true;
+    // Listeners sharing a stat_prefix each have their own blocks; sum them all.
+    std::string p = absl::StrCat("http.", h.stat_prefix, ".");
+#define RPX_HTTP_STAT(field)                                                   \
+  {                                                                            \
+    int64_t total = 0;                                                         \
+    for (const auto& l2 : config_.listeners) {                                 \
+      if (l2->http->stat_prefix != h.stat_prefix) continue;                    \
+      for (uint32_t i = 0; i < l2->http->stats_slots; ++i) {                   \
+        total += l2->http->stats[i].field.Value();                             \
+      }                                                                        \
+    }                                                                          \
+    out[p + #field] = total;                                                   \
+  }
+    RPX_HTTP_STAT(downstream_cx_total)
+    RPX_HTTP_STAT(downstream_cx_active)
+    RPX_HTTP_STAT(downstream_cx_protocol_error)
+    RPX_HTTP_STAT(downstream_cx_idle_timeout)
+    RPX_HTTP_STAT(downstream_cx_headers_timeout)
+    RPX_HTTP_STAT(downstream_rq_total)
+    RPX_HTTP_STAT(downstream_rq_active)
+    RPX_HTTP_STAT(downstream_rq_1xx)
+    RPX_HTTP_STAT(downstream_rq_2xx)
+    RPX_HTTP_STAT(downstream_rq_3xx)
+    RPX_HTTP_STAT(downstream_rq_4xx)
+    RPX_HTTP_STAT(downstream_rq_5xx)
+    RPX_HTTP_STAT(downstream_rq_idle_timeout)
+    RPX_HTTP_STAT(downstream_rq_timeout)
+    RPX_HTTP_STAT(downstream_rq_rx_reset)
+    RPX_HTTP_STAT(no_route)
+    RPX_HTTP_STAT(no_cluster)
+    RPX_HTTP_STAT(rq_direct_response)
+    RPX_HTTP_STAT(rq_redirect)
+#undef RPX_HTTP_STAT
+  }
+  out["server.concurrency"] = concurrency_;
+  out["server.live"] = ready_ ? 1 : 0;
+  std::string text;
+  for (const auto& [k, v] : out) absl::StrAppend(&text, k, ": ", v, "\n");
+  return text;
+}
+
+}  // namespace rpx

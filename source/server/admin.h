@@ -1,0 +1,48 @@
+// Admin: the admin HTTP listener on the main thread (Envoy's admin address). Endpoints:
+//   GET /ready   200 "LIVE" once serving
+//   GET /stats   plain-text counters and gauges, summed over workers ("name: value" lines)
+//   GET /server_info  JSON: version, state, node, concurrency
+//   POST /quitquitquit  stops the server
+// It reuses the HTTP/1 ServerConnection with its own StreamHandler; it must be bound to loopback
+// in shipped configs (it can stop the server).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "source/config/server_config.h"
+#include "source/event/dispatcher.h"
+#include "source/http/server_connection.h"
+#include "source/network/listener.h"
+
+namespace rpx {
+
+class Admin : public StreamHandlerFactory {
+ public:
+  // `config` must outlive the Admin; `quit` is called for /quitquitquit.
+  Admin(Dispatcher& dispatcher, const ServerConfig& config, uint32_t concurrency,
+        std::function<void()> quit);
+  ~Admin() override;
+  // Takes ownership of the listening socket.
+  void Start(int fd);
+  void set_ready(bool ready) { ready_ = ready; }
+
+  std::unique_ptr<StreamHandler> CreateStream(ResponseEncoder& encoder) override;
+  // The /stats text (exposed for tests).
+  std::string StatsText() const;
+  std::string Handle(const RequestHead& head, int* status, std::string* content_type);
+
+ private:
+  Dispatcher& dispatcher_;
+  const ServerConfig& config_;
+  uint32_t concurrency_;
+  std::function<void()> quit_;
+  bool ready_ = false;
+  std::shared_ptr<HttpConfig> http_config_;
+  std::unique_ptr<Listener> listener_;
+  absl::flat_hash_map<ServerConnection*, std::unique_ptr<ServerConnection>> connections_;
+};
+
+}  // namespace rpx

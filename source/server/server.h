@@ -1,0 +1,23 @@
+// Server: the main thread. It loads and validates the bootstrap, opens every listening socket
+// (so a bind failure stops startup with an error before anything serves), starts the workers,
+// runs the admin listener and the DNS refresh timers, and stops everything on SIGTERM/SIGINT or
+// POST /quitquitquit.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace rpx {
+
+struct ServerOptions {
+  std::string config_path;
+  uint32_t concurrency = 0;  // 0: number of cores
+  bool validate_only = false;
+  std::string service_node;
+  std::string service_cluster;
+};
+
+// Runs until stopped; returns the process exit code. Errors go to stderr.
+int RunServer(const ServerOptions& options);
+
+}  // namespace rpx

@@ -1,0 +1,90 @@
+// Cluster configuration and shared limits. ClusterInfo and HostSet are immutable and built on the
+// main thread; workers share them read-only. ClusterResources holds the circuit-breaker counters,
+// the only cluster state written by several workers (lock-free atomics, touched once per upstream
+// connection or queued request, not per byte). Stats are one block per worker, summed when read.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "source/common/stats.h"
+#include "source/network/address.h"
+
+namespace rpx {
+
+struct Host {
+  SocketAddress address;
+  std::string hostname;  // what auto_host_rewrite sends as Host (the DNS name, or empty)
+  uint32_t weight = 1;
+};
+using HostSet = std::vector<std::shared_ptr<const Host>>;
+
+// Envoy's circuit breakers (default priority), counted across all workers.
+class ClusterResources {
+ public:
+  ClusterResources(uint32_t max_connections, uint32_t max_pending, uint32_t max_requests)
+      : max_connections_(max_connections), max_pending_(max_pending), max_requests_(max_requests) {}
+  bool TryAcquireConnection() { return TryAcquire(connections_, max_connections_); }
+  void ReleaseConnection() { connections_.fetch_sub(1, std::memory_order_relaxed); }
+  bool TryAcquirePending() { return TryAcquire(pending_, max_pending_); }
+  void ReleasePending() { pending_.fetch_sub(1, std::memory_order_relaxed); }
+  bool TryAcquireRequest() { return TryAcquire(requests_, max_requests_); }
+  void ReleaseRequest() { requests_.fetch_sub(1, std::memory_order_relaxed); }
+  int64_t connections() const { return connections_.load(std::memory_order_relaxed); }
+  int64_t pending() const { return pending_.load(std::memory_order_relaxed); }
+  uint32_t max_connections() const { return max_connections_; }
+  // Workers with requests queued only because the cluster is at max_connections. Another worker
+  // that would park a connection idle closes it instead, so the slot moves where it is needed.
+  std::atomic<int32_t> starved_workers{0};
+
+ private:
+  static bool TryAcquire(std::atomic<int64_t>& v, uint32_t max) {
+    int64_t cur = v.load(std::memory_order_relaxed);
+    while (cur < static_cast<int64_t>(max)) {
+      if (v.compare_exchange_weak(cur, cur + 1, std::memory_order_relaxed)) return true;
+    }
+    return false;
+  }
+  const uint32_t max_connections_, max_pending_, max_requests_;
+  std::atomic<int64_t> connections_{0}, pending_{0}, requests_{0};
+};
+
+struct alignas(64) ClusterStats {
+  Counter upstream_cx_total;
+  Gauge upstream_cx_active;
+  Counter upstream_cx_connect_fail;
+  Counter upstream_cx_connect_timeout;
+  Counter upstream_cx_idle_timeout;
+  Counter upstream_cx_max_requests;
+  Counter upstream_cx_destroy_remote;
+  Counter upstream_cx_overflow;
+  Counter upstream_rq_total;
+  Gauge upstream_rq_active;
+  Counter upstream_rq_pending_total;
+  Gauge upstream_rq_pending_active;
+  Counter upstream_rq_pending_overflow;
+  Counter upstream_rq_timeout;
+  Counter upstream_rq_reset;
+  Counter upstream_rq_2xx, upstream_rq_3xx, upstream_rq_4xx, upstream_rq_5xx;
+};
+
+enum class LbPolicy { kRoundRobin, kLeastRequest, kRandom };
+
+struct ClusterInfo {
+  std::string name;
+  LbPolicy lb_policy = LbPolicy::kRoundRobin;
+  uint64_t connect_timeout_ms = 5000;
+  uint64_t idle_timeout_ms = 3600 * 1000;  // 0: never
+  uint32_t max_requests_per_connection = 0;  // 0: unlimited
+  uint32_t max_response_headers_count = 100;
+  uint32_t buffer_limit = 1024 * 1024;
+  std::shared_ptr<ClusterResources> resources;
+  // One stats block per worker, indexed by worker index (plus one for the main thread).
+  std::unique_ptr<ClusterStats[]> stats;
+  uint32_t stats_slots = 0;
+};
+
+}  // namespace rpx

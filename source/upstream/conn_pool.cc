@@ -1,0 +1,468 @@
+#include "source/upstream/conn_pool.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "source/common/logger.h"
+
+namespace rpx {
+namespace {
+// How soon a pool starved by the cluster-wide connection limit looks again for a free slot.
+constexpr uint64_t kStarvedRetryMs = 5;
+
+void AppendHeaders(Buffer& out, const HeaderMap& headers) {
+  for (const auto& e : headers.entries()) {
+    out.Append(e.first);
+    out.Append(": ", 2);
+    out.Append(e.second);
+    out.Append("\r\n", 2);
+  }
+}
+}  // namespace
+
+UpstreamClient::UpstreamClient(ConnPool& pool, std::unique_ptr<Connection> conn)
+    : pool_(pool),
+      conn_(std::move(conn)),
+      parser_(Http1Parser::Type::kResponse, *this,
+              Http1Parser::Limits{80 * 1024, pool.cluster().max_response_headers_count}) {
+  conn_->SetCallbacks(this);
+  timer_ = pool_.dispatcher().CreateTimer([this] {
+    if (state_ == State::kConnecting) {
+      conn_->Close(Connection::CloseType::kNoFlush, false);
+      state_ = State::kClosed;
+      pool_.OnConnectFailed(this, PoolFailure::kConnectTimeout, "upstream connect timeout");
+    } else if (state_ == State::kIdle) {
+      pool_.stats().upstream_cx_idle_timeout.Inc();
+      conn_->Close(Connection::CloseType::kNoFlush, false);
+      state_ = State::kClosed;
+      pool_.OnClientClosed(this);
+    }
+  });
+}
+
+UpstreamClient::~UpstreamClient() = default;
+
+const Host& UpstreamClient::host() const { return pool_.host(); }
+
+void UpstreamClient::StartRequest(ResponseDecoder* decoder, const RequestHead& head) {
+  decoder_ = decoder;
+  request_complete_ = false;
+  response_complete_ = false;
+  response_headers_sent_ = false;
+  request_chunked_ = head.chunked;
+  parser_.set_expect_no_body(head.method == "HEAD");
+  ++requests_;
+  Buffer& out = conn_->write_buffer();
+  out.Append(head.method);
+  out.Append(" ", 1);
+  out.Append(head.path);
+  out.Append(" HTTP/1.1\r\n", 11);
+  AppendHeaders(out, head.headers);
+  if (head.chunked) {
+    out.Append("transfer-encoding: chunked\r\n");
+  } else if (head.has_content_length) {
+    char buf[48];
+    int n = snprintf(buf, sizeof(buf), "content-length: %llu\r\n",
+                     static_cast<unsigned long long>(head.content_length));
+    out.Append(buf, n);
+  }
+  out.Append("\r\n", 2);
+  conn_->ScheduleWrite();
+  if (!head.has_body()) request_complete_ = true;
+}
+
+void UpstreamClient::SendData(const char* data, size_t len, bool end_stream) {
+  if (state_ != State::kBusy) return;
+  Buffer& out = conn_->write_buffer();
+  if (request_chunked_) {
+    if (len > 0) {
+      char buf[24];
+      int n = snprintf(buf, sizeof(buf), "%zx\r\n", len);
+      out.Append(buf, n);
+      out.Append(data, len);
+      out.Append("\r\n", 2);
+    }
+    if (end_stream) out.Append("0\r\n\r\n", 5);
+  } else {
+    out.Append(data, len);
+  }
+  conn_->ScheduleWrite();
+  if (end_stream) {
+    request_complete_ = true;
+  }
+}
+
+void UpstreamClient::Reset() {
+  if (state_ != State::kBusy) return;
+  decoder_ = nullptr;
+  pool_.stats().upstream_rq_reset.Inc();
+  conn_->Close(Connection::CloseType::kNoFlush, false);
+  state_ = State::kClosed;
+  pool_.OnRequestDone(this, false);
+}
+
+void UpstreamClient::OnData(Buffer& in) {
+  if (state_ == State::kIdle) {
+    // Bytes on an idle keep-alive connection: the upstream is confused; do not reuse it.
+    conn_->Close(Connection::CloseType::kNoFlush, false);
+    state_ = State::kClosed;
+    pool_.OnClientClosed(this);
+    return;
+  }
+  if (state_ != State::kBusy || decoder_ == nullptr) return;
+  ParseResponse();
+}
+
+void UpstreamClient::ParseResponse() {
+  Buffer& in = conn_->read_buffer();
+  size_t consumed = 0;
+  Http1Parser::Result r = parser_.Execute(in.data(), in.size(), &consumed);
+  if (state_ != State::kBusy) return;  // a callback reset us
+  if (r == Http1Parser::Result::kError) {
+    Fail(UpstreamResetReason::kProtocolError,
+         absl::StrCat("upstream sent a malformed response (", parser_.error_reason(), ")"));
+    return;
+  }
+  in.Drain(consumed);
+  if (r == Http1Parser::Result::kPaused) {
+    parser_.Resume();
+    // The response is complete. Bytes after it mean a confused upstream: do not reuse.
+    bool stray = !in.empty();
+    in.Clear();
+    ReleaseAfterResponse(stray);
+  }
+}
+
+void UpstreamClient::OnEvent(ConnectionEvent event) {
+  switch (event) {
+    case ConnectionEvent::kConnected:
+      timer_->Disable();
+      pool_.OnConnected(this);
+      return;
+    case ConnectionEvent::kConnectFailed: {
+      state_ = State::kClosed;
+      timer_->Disable();
+      pool_.OnConnectFailed(this, PoolFailure::kConnectFailure, "connection refused or unreachable");
+      return;
+    }
+    case ConnectionEvent::kRemoteClose:
+    case ConnectionEvent::kLocalClose:
+      if (state_ == State::kConnecting) {
+        state_ = State::kClosed;
+        timer_->Disable();
+        pool_.OnConnectFailed(this, PoolFailure::kConnectFailure, "connection closed");
+        return;
+      }
+      if (state_ == State::kBusy && decoder_ != nullptr) {
+        if (parser_.in_message() && parser_.message_needs_eof()) {
+          // A close-delimited body ends here.
+          if (parser_.Finish() == Http1Parser::Result::kOk && state_ == State::kBusy) {
+            response_keep_alive_ = false;
+            if (!response_complete_) OnMessageComplete();
+            ReleaseAfterResponse(true);
+            return;
+          }
+        }
+        if (state_ == State::kBusy) {
+          state_ = State::kClosed;
+          ResponseDecoder* d = decoder_;
+          decoder_ = nullptr;
+          pool_.stats().upstream_cx_destroy_remote.Inc();
+          pool_.OnRequestDone(this, false);
+          d->OnUpstreamReset(UpstreamResetReason::kConnectionClosed,
+                             response_headers_sent_
+                                 ? "upstream closed the connection mid-response"
+                                 : "upstream closed the connection before responding");
+        }
+        return;
+      }
+      if (state_ != State::kClosed) {
+        if (state_ == State::kIdle) pool_.stats().upstream_cx_destroy_remote.Inc();
+        bool busy = state_ == State::kBusy;
+        state_ = State::kClosed;
+        if (busy) {
+          pool_.OnRequestDone(this, false);
+        } else {
+          pool_.OnClientClosed(this);
+        }
+      }
+      return;
+  }
+}
+
+void UpstreamClient::OnAboveWriteHighWatermark() {
+  if (decoder_) decoder_->OnUpstreamWriteWatermark(true);
+}
+
+void UpstreamClient::OnBelowWriteLowWatermark() {
+  if (decoder_) decoder_->OnUpstreamWriteWatermark(false);
+}
+
+void UpstreamClient::OnHead() {
+  ResponseHead& head = parser_.response();
+  if (head.status < 200) return;  // interim responses are not forwarded (we answered Expect)
+  response_keep_alive_ = head.keep_alive;
+  response_headers_sent_ = true;
+  if (decoder_) decoder_->OnResponseHeaders(head, false);
+}
+
+void UpstreamClient::OnBody(const char* data, size_t len) {
+  if (decoder_) decoder_->OnResponseData(data, len, false);
+}
+
+void UpstreamClient::OnMessageComplete() {
+  // The pool gets the connection back in ReleaseAfterResponse, once the parser has returned and
+  // we know whether stray bytes followed the response.
+  response_complete_ = true;
+  ResponseDecoder* d = decoder_;
+  decoder_ = nullptr;
+  if (d) d->OnResponseData(nullptr, 0, true);
+}
+
+void UpstreamClient::ReleaseAfterResponse(bool stray_bytes) {
+  if (state_ != State::kBusy) return;
+  if (request_complete_) {
+    pool_.OnRequestDone(this, response_keep_alive_ && !stray_bytes);
+    return;
+  }
+  // The upstream answered before the request body was sent (e.g. 413): the connection cannot
+  // carry another request, and the rest of the body is not sent.
+  conn_->Close(Connection::CloseType::kFlushWrite, false);
+  state_ = State::kClosed;
+  pool_.OnRequestDone(this, false);
+}
+
+void UpstreamClient::Fail(UpstreamResetReason reason, const std::string& detail) {
+  ResponseDecoder* d = decoder_;
+  decoder_ = nullptr;
+  conn_->Close(Connection::CloseType::kNoFlush, false);
+  state_ = State::kClosed;
+  pool_.OnRequestDone(this, false);
+  if (d) d->OnUpstreamReset(reason, detail);
+}
+
+ConnPool::ConnPool(Dispatcher& dispatcher, std::shared_ptr<const ClusterInfo> cluster,
+                   std::shared_ptr<const Host> host, ClusterStats& stats)
+    : dispatcher_(dispatcher), cluster_(std::move(cluster)), host_(std::move(host)), stats_(stats) {
+  retry_timer_ = dispatcher_.CreateTimer([this] {
+    SetStarved(false);
+    while (deferred_connect_errors_ > 0 && !pending_.empty()) {
+      --deferred_connect_errors_;
+      auto p = std::move(pending_.front());
+      pending_.pop_front();
+      cluster_->resources->ReleasePending();
+      stats_.upstream_rq_pending_active.Dec();
+      stats_.upstream_cx_connect_fail.Inc();
+      p->callbacks.OnPoolFailure(PoolFailure::kConnectFailure, "cannot open a socket");
+    }
+    deferred_connect_errors_ = 0;
+    ServePending();
+  });
+}
+
+ConnPool::~ConnPool() {
+  SetStarved(false);
+  for (auto* list : {&idle_, &busy_, &connecting_}) {
+    for (UpstreamClient* c : *list) {
+      c->state_ = UpstreamClient::State::kClosed;
+      c->conn_->Close(Connection::CloseType::kNoFlush, false);
+      cluster_->resources->ReleaseConnection();
+      stats_.upstream_cx_active.Dec();
+      dispatcher_.DeferredDelete(std::unique_ptr<DeferredDeletable>(c));
+    }
+    list->clear();
+  }
+  for (auto& p : pending_) {
+    cluster_->resources->ReleasePending();
+    stats_.upstream_rq_pending_active.Dec();
+  }
+}
+
+ConnPool::Pending* ConnPool::NewStream(PoolCallbacks& callbacks) {
+  if (!idle_.empty()) {
+    UpstreamClient* c = idle_.front();
+    c->timer_->Disable();
+    idle_.erase(c->pos_);
+    busy_.push_front(c);
+    c->pos_ = busy_.begin();
+    c->state_ = UpstreamClient::State::kBusy;
+    stats_.upstream_rq_total.Inc();
+    stats_.upstream_rq_active.Inc();
+    callbacks.OnPoolReady(*c);
+    return nullptr;
+  }
+  if (!cluster_->resources->TryAcquirePending()) {
+    stats_.upstream_rq_pending_overflow.Inc();
+    callbacks.OnPoolFailure(PoolFailure::kOverflow,
+                            "upstream overflow: too many requests waiting for a connection");
+    return nullptr;
+  }
+  stats_.upstream_rq_pending_total.Inc();
+  stats_.upstream_rq_pending_active.Inc();
+  pending_.push_back(std::make_unique<Pending>(callbacks));
+  Pending* p = pending_.back().get();
+  p->pos = std::prev(pending_.end());
+  if (connecting_.size() < pending_.size()) TryCreateConnection();
+  return p;
+}
+
+void ConnPool::Cancel(Pending* p) {
+  cluster_->resources->ReleasePending();
+  stats_.upstream_rq_pending_active.Dec();
+  pending_.erase(p->pos);
+}
+
+bool ConnPool::TryCreateConnection() {
+  if (draining_) return false;
+  if (!cluster_->resources->TryAcquireConnection()) {
+    bool got = reclaim_ && reclaim_(this) && cluster_->resources->TryAcquireConnection();
+    if (!got) {
+      stats_.upstream_cx_overflow.Inc();
+      if (busy_.empty() && connecting_.empty()) {
+        // Nothing here will free up: look again soon, and ask other workers to give slots back.
+        SetStarved(true);
+        retry_timer_->Enable(kStarvedRetryMs);
+      }
+      return false;
+    }
+  }
+  int err = 0;
+  auto conn = Connection::Connect(dispatcher_, host_->address, cluster_->buffer_limit, &err);
+  if (!conn) {
+    cluster_->resources->ReleaseConnection();
+    RPX_LOG(kDebug, "connect to %s failed at once: %s", host_->address.ToString(), strerror(err));
+    ++deferred_connect_errors_;
+    retry_timer_->Enable(0);
+    return false;
+  }
+  auto* c = new UpstreamClient(*this, std::move(conn));
+  connecting_.push_back(c);
+  c->pos_ = std::prev(connecting_.end());
+  c->timer_->Enable(cluster_->connect_timeout_ms);
+  stats_.upstream_cx_total.Inc();
+  stats_.upstream_cx_active.Inc();
+  return true;
+}
+
+void ConnPool::SetStarved(bool starved) {
+  if (starved == starved_) return;
+  starved_ = starved;
+  cluster_->resources->starved_workers.fetch_add(starved ? 1 : -1, std::memory_order_relaxed);
+}
+
+void ConnPool::OnConnected(UpstreamClient* c) {
+  connecting_.erase(c->pos_);
+  if (!pending_.empty()) {
+    Attach(c);
+    return;
+  }
+  c->state_ = UpstreamClient::State::kIdle;
+  idle_.push_front(c);
+  c->pos_ = idle_.begin();
+  if (cluster_->idle_timeout_ms) c->timer_->Enable(cluster_->idle_timeout_ms);
+}
+
+void ConnPool::Attach(UpstreamClient* c) {
+  auto p = std::move(pending_.front());
+  pending_.pop_front();
+  cluster_->resources->ReleasePending();
+  stats_.upstream_rq_pending_active.Dec();
+  c->timer_->Disable();
+  c->state_ = UpstreamClient::State::kBusy;
+  busy_.push_front(c);
+  c->pos_ = busy_.begin();
+  stats_.upstream_rq_total.Inc();
+  stats_.upstream_rq_active.Inc();
+  p->callbacks.OnPoolReady(*c);
+}
+
+void ConnPool::OnConnectFailed(UpstreamClient* c, PoolFailure reason, const std::string& detail) {
+  connecting_.erase(c->pos_);
+  cluster_->resources->ReleaseConnection();
+  stats_.upstream_cx_active.Dec();
+  if (reason == PoolFailure::kConnectTimeout) {
+    stats_.upstream_cx_connect_timeout.Inc();
+  }
+  stats_.upstream_cx_connect_fail.Inc();
+  dispatcher_.DeferredDelete(std::unique_ptr<DeferredDeletable>(c));
+  // Fail the requests that no remaining connection will serve.
+  size_t keep = busy_.empty() ? connecting_.size() : pending_.size();
+  while (pending_.size() > keep) {
+    auto p = std::move(pending_.front());
+    pending_.pop_front();
+    cluster_->resources->ReleasePending();
+    stats_.upstream_rq_pending_active.Dec();
+    p->callbacks.OnPoolFailure(reason, detail);
+  }
+}
+
+void ConnPool::OnRequestDone(UpstreamClient* c, bool reusable) {
+  stats_.upstream_rq_active.Dec();
+  uint32_t max_requests = cluster_->max_requests_per_connection;
+  if (reusable && max_requests && c->requests_ >= max_requests) {
+    stats_.upstream_cx_max_requests.Inc();
+    reusable = false;
+  }
+  if (reusable && !draining_ && c->conn_->read_buffer().empty()) {
+    if (!pending_.empty()) {
+      busy_.erase(c->pos_);
+      Attach(c);
+      return;
+    }
+    if (cluster_->resources->starved_workers.load(std::memory_order_relaxed) == 0 || starved_) {
+      busy_.erase(c->pos_);
+      c->state_ = UpstreamClient::State::kIdle;
+      idle_.push_front(c);
+      c->pos_ = idle_.begin();
+      if (cluster_->idle_timeout_ms) c->timer_->Enable(cluster_->idle_timeout_ms);
+      return;
+    }
+    // Another pool is starved for slots: give this one back instead of parking it.
+  }
+  if (c->state_ != UpstreamClient::State::kClosed) {
+    c->state_ = UpstreamClient::State::kClosed;
+    c->conn_->Close(Connection::CloseType::kFlushWrite, false);
+  }
+  busy_.erase(c->pos_);
+  cluster_->resources->ReleaseConnection();
+  stats_.upstream_cx_active.Dec();
+  dispatcher_.DeferredDelete(std::unique_ptr<DeferredDeletable>(c));
+  ServePending();
+}
+
+void ConnPool::OnClientClosed(UpstreamClient* c) {
+  // Only idle clients close on their own (busy ones go through OnRequestDone).
+  idle_.erase(c->pos_);
+  cluster_->resources->ReleaseConnection();
+  stats_.upstream_cx_active.Dec();
+  dispatcher_.DeferredDelete(std::unique_ptr<DeferredDeletable>(c));
+}
+
+void ConnPool::ServePending() {
+  while (!pending_.empty() && !idle_.empty()) {
+    UpstreamClient* c = idle_.front();
+    idle_.erase(c->pos_);
+    Attach(c);
+  }
+  while (connecting_.size() < pending_.size()) {
+    if (!TryCreateConnection()) break;
+  }
+}
+
+bool ConnPool::CloseOneIdle() {
+  if (idle_.empty()) return false;
+  UpstreamClient* c = idle_.back();  // least recently used
+  c->timer_->Disable();
+  c->state_ = UpstreamClient::State::kClosed;
+  c->conn_->Close(Connection::CloseType::kNoFlush, false);
+  OnClientClosed(c);
+  return true;
+}
+
+void ConnPool::Drain() {
+  draining_ = true;
+  while (CloseOneIdle()) {
+  }
+}
+
+}  // namespace rpx

@@ -1,0 +1,157 @@
+// ConnPool: the HTTP/1.1 connection pool for one upstream host on one worker. Bounded: it opens a
+// connection only when the cluster-wide max_connections allows (ClusterResources), reuses idle
+// keep-alive connections (most recently used first), queues at most max_pending_requests waiters
+// and refuses the rest at once (overflow). Idle connections close after idle_timeout; a connection
+// closes after max_requests_per_connection requests.
+//
+// Threading: everything here runs on the owning worker's dispatcher. Ownership: the pool owns its
+// UpstreamClients; a caller owns its PoolCallbacks object and must Cancel() a pending request it
+// abandons.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "source/common/buffer.h"
+#include "source/event/dispatcher.h"
+#include "source/http/headers.h"
+#include "source/http/http1_parser.h"
+#include "source/network/connection.h"
+#include "source/upstream/cluster.h"
+
+namespace rpx {
+
+class ConnPool;
+class UpstreamClient;
+
+enum class PoolFailure { kOverflow, kConnectFailure, kConnectTimeout, kDraining };
+enum class UpstreamResetReason { kConnectionClosed, kProtocolError, kLocalReset };
+
+// Receives the response of one request sent through an UpstreamClient.
+class ResponseDecoder {
+ public:
+  virtual ~ResponseDecoder() = default;
+  virtual void OnResponseHeaders(ResponseHead& head, bool end_stream) = 0;
+  virtual void OnResponseData(const char* data, size_t len, bool end_stream) = 0;
+  // The response broke off or was malformed. `detail` says what happened, for the local reply.
+  virtual void OnUpstreamReset(UpstreamResetReason reason, const std::string& detail) = 0;
+  // The upstream connection's write buffer crossed the high (true) / low (false) watermark.
+  virtual void OnUpstreamWriteWatermark(bool above) = 0;
+};
+
+class PoolCallbacks {
+ public:
+  virtual ~PoolCallbacks() = default;
+  virtual void OnPoolReady(UpstreamClient& client) = 0;
+  virtual void OnPoolFailure(PoolFailure reason, const std::string& detail) = 0;
+};
+
+// One keep-alive HTTP/1.1 connection to an upstream host, carrying one request at a time.
+class UpstreamClient : public ConnectionCallbacks,
+                       public Http1ParserCallbacks,
+                       public DeferredDeletable {
+ public:
+  UpstreamClient(ConnPool& pool, std::unique_ptr<Connection> conn);
+  ~UpstreamClient() override;
+
+  // Starts a request; `decoder` receives the response and must outlive it (or call Reset()).
+  void StartRequest(ResponseDecoder* decoder, const RequestHead& head);
+  void SendData(const char* data, size_t len, bool end_stream);
+  // Abandons the request in flight; the connection is closed (its state is unknown).
+  void Reset();
+  void ReadDisable(bool disable) { conn_->ReadDisable(disable); }
+  const Host& host() const;
+
+  // ConnectionCallbacks
+  void OnData(Buffer& in) override;
+  void OnEvent(ConnectionEvent event) override;
+  void OnAboveWriteHighWatermark() override;
+  void OnBelowWriteLowWatermark() override;
+  // Http1ParserCallbacks
+  void OnHead() override;
+  void OnBody(const char* data, size_t len) override;
+  void OnMessageComplete() override;
+
+ private:
+  friend class ConnPool;
+  enum class State { kConnecting, kIdle, kBusy, kClosed };
+  void ParseResponse();
+  void ReleaseAfterResponse(bool stray_bytes);
+  void Fail(UpstreamResetReason reason, const std::string& detail);
+
+  ConnPool& pool_;
+  std::unique_ptr<Connection> conn_;
+  Http1Parser parser_;
+  State state_ = State::kConnecting;
+  ResponseDecoder* decoder_ = nullptr;
+  bool request_chunked_ = false;
+  bool request_complete_ = false;
+  bool response_complete_ = false;
+  bool response_keep_alive_ = true;
+  bool response_headers_sent_ = false;
+  uint32_t requests_ = 0;
+  std::unique_ptr<Timer> timer_;  // connect timeout while connecting, idle timeout while idle
+  std::list<UpstreamClient*>::iterator pos_;
+};
+
+class ConnPool {
+ public:
+  class Pending;
+  ConnPool(Dispatcher& dispatcher, std::shared_ptr<const ClusterInfo> cluster,
+           std::shared_ptr<const Host> host, ClusterStats& stats);
+  ~ConnPool();
+
+  // Either calls callbacks.OnPoolReady/OnPoolFailure before returning (and returns nullptr), or
+  // queues the request and returns a handle to Cancel() it with.
+  Pending* NewStream(PoolCallbacks& callbacks);
+  void Cancel(Pending* pending);
+  // Stops using this pool: idle connections close now, busy ones after their request.
+  void Drain();
+  bool idle() const { return busy_.empty() && connecting_.empty() && pending_.empty(); }
+  size_t active_requests() const { return busy_.size() + pending_.size(); }
+  size_t connection_count() const { return idle_.size() + busy_.size() + connecting_.size(); }
+  // Closes one idle connection to free a cluster slot; returns false if there was none.
+  bool CloseOneIdle();
+  const Host& host() const { return *host_; }
+  const ClusterInfo& cluster() const { return *cluster_; }
+  ClusterStats& stats() { return stats_; }
+  Dispatcher& dispatcher() { return dispatcher_; }
+  // Set by the worker's cluster so a pool short of slots can take an idle one from a sibling.
+  void set_reclaim(std::function<bool(ConnPool*)> fn) { reclaim_ = std::move(fn); }
+
+ private:
+  friend class UpstreamClient;
+  bool TryCreateConnection();
+  void OnConnected(UpstreamClient* c);
+  void OnConnectFailed(UpstreamClient* c, PoolFailure reason, const std::string& detail);
+  void OnRequestDone(UpstreamClient* c, bool reusable);
+  void OnClientClosed(UpstreamClient* c);
+  void Attach(UpstreamClient* c);
+  void ServePending();
+  void SetStarved(bool starved);
+
+  Dispatcher& dispatcher_;
+  std::shared_ptr<const ClusterInfo> cluster_;
+  std::shared_ptr<const Host> host_;
+  ClusterStats& stats_;
+  std::list<UpstreamClient*> idle_, busy_, connecting_;  // owned (deleted via the dispatcher)
+  std::list<std::unique_ptr<Pending>> pending_;
+  std::unique_ptr<Timer> retry_timer_;
+  std::function<bool(ConnPool*)> reclaim_;
+  bool starved_ = false;
+  bool draining_ = false;
+  int deferred_connect_errors_ = 0;  // connect() failed at once; failed from the retry timer
+};
+
+class ConnPool::Pending {
+ public:
+  explicit Pending(PoolCallbacks& cb) : callbacks(cb) {}
+  PoolCallbacks& callbacks;
+  std::list<std::unique_ptr<Pending>>::iterator pos;
+};
+
+}  // namespace rpx

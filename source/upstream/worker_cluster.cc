@@ -1,0 +1,159 @@
+#include "source/upstream/worker_cluster.h"
+
+#include <numeric>
+
+namespace rpx {
+
+WorkerCluster::WorkerCluster(Dispatcher& dispatcher, uint32_t worker_index,
+                             const ClusterEntry& entry)
+    : dispatcher_(dispatcher), worker_index_(worker_index) {
+  Update(entry);
+}
+
+WorkerCluster::~WorkerCluster() = default;
+
+void WorkerCluster::Update(const ClusterEntry& entry) {
+  bool settings_changed = info_ != entry.info;
+  info_ = entry.info;
+  hosts_ = entry.hosts;
+  stats_ = &info_->stats[worker_index_ % info_->stats_slots];
+  std::vector<HostPool> next;
+  for (const auto& host : *hosts_) {
+    HostPool hp{host, nullptr};
+    if (!settings_changed) {
+      for (auto& old : pools_) {
+        if (old.pool && old.host->address == host->address) {
+          hp.pool = std::move(old.pool);
+          break;
+        }
+      }
+    }
+    if (!hp.pool) hp.pool = std::make_unique<ConnPool>(dispatcher_, info_, host, *stats_);
+    hp.pool->set_reclaim([this](ConnPool* p) { return ReclaimIdle(p); });
+    next.push_back(std::move(hp));
+  }
+  for (auto& old : pools_) {
+    if (old.pool) {
+      old.pool->Drain();
+      draining_.push_back(std::move(old.pool));
+    }
+  }
+  pools_ = std::move(next);
+  // Free pools that finished draining.
+  for (size_t i = 0; i < draining_.size();) {
+    if (draining_[i]->idle()) {
+      draining_[i] = std::move(draining_.back());
+      draining_.pop_back();
+    } else {
+      ++i;
+    }
+  }
+  BuildSchedule();
+}
+
+void WorkerCluster::BuildSchedule() {
+  // Smooth weighted round robin (as nginx does), computed once per host set.
+  schedule_.clear();
+  rr_next_ = worker_index_;  // workers start at different hosts
+  if (pools_.empty()) return;
+  uint64_t total = 0;
+  uint32_t g = 0;
+  for (auto& p : pools_) {
+    total += p.host->weight;
+    g = std::gcd(g, p.host->weight);
+  }
+  if (g == 0) g = 1;
+  uint64_t len = total / g;
+  if (len > 4096) len = 4096;  // long schedules approximate the weights
+  std::vector<int64_t> current(pools_.size(), 0);
+  for (uint64_t n = 0; n < len; ++n) {
+    size_t best = 0;
+    for (size_t i = 0; i < pools_.size(); ++i) {
+      current[i] += pools_[i].host->weight / g;
+      if (current[i] > current[best]) best = i;
+    }
+    current[best] -= static_cast<int64_t>(total / g);
+    schedule_.push_back(static_cast<uint32_t>(best));
+  }
+}
+
+ConnPool* WorkerCluster::ChoosePool(uint64_t random) {
+  if (pools_.empty()) return nullptr;
+  if (pools_.size() == 1) return pools_[0].pool.get();
+  switch (info_->lb_policy) {
+    case LbPolicy::kRoundRobin:
+      return pools_[schedule_[rr_next_++ % schedule_.size()]].pool.get();
+    case LbPolicy::kRandom:
+      return pools_[random % pools_.size()].pool.get();
+    case LbPolicy::kLeastRequest: {
+      // Power of two choices, Envoy's default for LEAST_REQUEST.
+      size_t a = random % pools_.size();
+      size_t b = (random >> 32) % pools_.size();
+      if (a == b) b = (b + 1) % pools_.size();
+      ConnPool* pa = pools_[a].pool.get();
+      ConnPool* pb = pools_[b].pool.get();
+      return pa->active_requests() <= pb->active_requests() ? pa : pb;
+    }
+  }
+  return pools_[0].pool.get();
+}
+
+bool WorkerCluster::ReclaimIdle(ConnPool* requester) {
+  for (auto& p : draining_) {
+    if (p->CloseOneIdle()) return true;
+  }
+  for (auto& p : pools_) {
+    if (p.pool.get() != requester && p.pool->CloseOneIdle()) return true;
+  }
+  return false;
+}
+
+bool WorkerCluster::idle() const {
+  for (const auto& p : pools_) {
+    if (!p.pool->idle()) return false;
+  }
+  for (const auto& p : draining_) {
+    if (!p->idle()) return false;
+  }
+  return true;
+}
+
+void WorkerCluster::Drain() {
+  for (auto& p : pools_) p.pool->Drain();
+  for (auto& p : draining_) p->Drain();
+}
+
+WorkerCluster* WorkerClusterManager::Get(std::string_view name) {
+  auto it = clusters_.find(absl::string_view(name.data(), name.size()));
+  return it == clusters_.end() ? nullptr : it->second.get();
+}
+
+void WorkerClusterManager::Apply(const ClusterMap& clusters) {
+  for (auto it = clusters_.begin(); it != clusters_.end();) {
+    if (!clusters.contains(it->first)) {
+      it->second->Drain();
+      removed_.push_back(std::move(it->second));
+      clusters_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  for (const auto& [name, entry] : clusters) {
+    auto it = clusters_.find(name);
+    if (it == clusters_.end()) {
+      clusters_.emplace(name, std::make_unique<WorkerCluster>(dispatcher_, worker_index_, entry));
+    } else if (it->second->info().name == entry.info->name) {
+      it->second->Update(entry);
+    }
+  }
+  for (size_t i = 0; i < removed_.size();) {
+    if (removed_[i]->idle()) {
+      removed_[i] = std::move(removed_.back());
+      removed_.pop_back();
+    } else {
+      ++i;
+    }
+  }
+}
+
+}  // namespace rpx

@@ -1,0 +1,74 @@
+// The clusters as one worker sees them: for each cluster, its hosts, a connection pool per host
+// and the load balancer's state. Owned by the worker and used only on its thread. The main thread
+// publishes cluster changes as immutable ClusterEntry values (Apply), which keep the pools of hosts
+// that stay.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "source/event/dispatcher.h"
+#include "source/upstream/cluster.h"
+#include "source/upstream/conn_pool.h"
+
+namespace rpx {
+
+struct ClusterEntry {
+  std::shared_ptr<const ClusterInfo> info;
+  std::shared_ptr<const HostSet> hosts;
+};
+using ClusterMap = absl::flat_hash_map<std::string, ClusterEntry>;
+
+class WorkerCluster {
+ public:
+  WorkerCluster(Dispatcher& dispatcher, uint32_t worker_index, const ClusterEntry& entry);
+  ~WorkerCluster();
+  // Picks a host and returns its pool, or nullptr when the cluster has no hosts.
+  ConnPool* ChoosePool(uint64_t random);
+  ClusterStats& stats() { return *stats_; }
+  const ClusterInfo& info() const { return *info_; }
+  // Replaces the host set (and, if it changed, the cluster settings), keeping pools of hosts that
+  // stay when the settings are unchanged.
+  void Update(const ClusterEntry& entry);
+  // Pools and in-flight requests still in use (a removed cluster waits for zero to be freed).
+  bool idle() const;
+  void Drain();
+
+ private:
+  struct HostPool {
+    std::shared_ptr<const Host> host;
+    std::unique_ptr<ConnPool> pool;
+  };
+  void BuildSchedule();
+  bool ReclaimIdle(ConnPool* requester);
+
+  Dispatcher& dispatcher_;
+  uint32_t worker_index_;
+  std::shared_ptr<const ClusterInfo> info_;
+  std::shared_ptr<const HostSet> hosts_;
+  ClusterStats* stats_;
+  std::vector<HostPool> pools_;
+  std::vector<std::unique_ptr<ConnPool>> draining_;
+  std::vector<uint32_t> schedule_;  // weighted round-robin order (indexes into pools_)
+  size_t rr_next_ = 0;
+};
+
+class WorkerClusterManager {
+ public:
+  WorkerClusterManager(Dispatcher& dispatcher, uint32_t worker_index)
+      : dispatcher_(dispatcher), worker_index_(worker_index) {}
+  WorkerCluster* Get(std::string_view name);
+  void Apply(const ClusterMap& clusters);
+
+ private:
+  Dispatcher& dispatcher_;
+  uint32_t worker_index_;
+  absl::flat_hash_map<std::string, std::unique_ptr<WorkerCluster>> clusters_;
+  std::vector<std::unique_ptr<WorkerCluster>> removed_;
+};
+
+}  // namespace rpx
