@@ -54,6 +54,8 @@ class Builder {
   }
 
   void BuildCluster(const Cluster& c, const std::string& path, ServerConfig* out);
+  // Names of clusters that were defined, even if they failed to build (no cascading errors).
+  absl::flat_hash_set<std::string> defined_clusters;
   void BuildListener(const Listener& l, const std::string& path, ServerConfig* out);
 
  private:
@@ -64,6 +66,7 @@ class Builder {
 
 void Builder::BuildCluster(const Cluster& c, const std::string& path, ServerConfig* out) {
   size_t errors_before = errors_->size();
+  defined_clusters.insert(c.name());
   auto info = std::make_shared<ClusterInfo>();
   info->name = c.name();
   if (c.name().empty()) Error(path + ".name", "is required");
@@ -406,7 +409,7 @@ bool BuildServerConfig(const envoy::config::bootstrap::v3::Bootstrap& bootstrap,
     const auto& l = out->listeners[i];
     if (!l->routes) continue;
     for (const auto& name : l->routes->ReferencedClusters()) {
-      if (!out->clusters.contains(name)) {
+      if (!out->clusters.contains(name) && !b.defined_clusters.contains(name)) {
         errors->push_back(absl::StrCat(options.source, ": listener '", l->name, "': route config '",
                                        l->routes->name(), "' refers to unknown cluster '", name,
                                        "'"));

@@ -150,48 +150,62 @@ void Dispatcher::ClearDeferred() {
   }
 }
 
-void Dispatcher::Run() {
-  thread_id_.store(static_cast<uint64_t>(pthread_self()));
+void Dispatcher::RunOnce(int max_wait_ms) {
   constexpr int kMaxEvents = 256;
   struct epoll_event events[kMaxEvents];
-  while (!exit_.load(std::memory_order_relaxed)) {
-    int timeout = -1;
-    if (!timers_.empty()) {
-      uint64_t next = timers_.begin()->first;
-      timeout = next > now_ms_ ? static_cast<int>(next - now_ms_) : 0;
-    }
-    if (!deferred_.empty()) timeout = 0;
-    int n = epoll_wait(epoll_fd_, events, kMaxEvents, timeout);
-    UpdateTime();
-    if (n < 0 && errno != EINTR) {
-      RPX_LOG(kCritical, "epoll_wait: %s", strerror(errno));
-      break;
-    }
-    for (int i = 0; i < n; ++i) {
-      auto* fe = static_cast<FileEvent*>(events[i].data.ptr);
-      if (fe == nullptr) {
-        uint64_t v;
-        ssize_t unused = read(wake_fd_, &v, sizeof(v));
-        (void)unused;
-        RunPosted();
-        RunFlushes();
-        continue;
-      }
-      if (fe->fd_ < 0) continue;  // closed earlier in this batch; memory lives until ClearDeferred
-      uint32_t ev = 0;
-      if (events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) ev |= FileEvent::kRead;
-      if (events[i].events & (EPOLLOUT | EPOLLHUP | EPOLLERR)) ev |= FileEvent::kWrite;
-      if (events[i].events & (EPOLLHUP | EPOLLERR)) ev |= FileEvent::kClosed;
-      fe->cb_(ev);
-    }
-    RunFlushes();
-    RunTimers();
-    RunFlushes();
-    ClearDeferred();
+  int timeout = max_wait_ms;
+  if (!timers_.empty()) {
+    uint64_t next = timers_.begin()->first;
+    int until = next > now_ms_ ? static_cast<int>(next - now_ms_) : 0;
+    if (timeout < 0 || until < timeout) timeout = until;
   }
+  if (!deferred_.empty() || !flush_.empty()) timeout = 0;
+  int n = epoll_wait(epoll_fd_, events, kMaxEvents, timeout);
+  UpdateTime();
+  if (n < 0 && errno != EINTR) {
+    RPX_LOG(kCritical, "epoll_wait: %s", strerror(errno));
+    exit_.store(true);
+    return;
+  }
+  for (int i = 0; i < n; ++i) {
+    auto* fe = static_cast<FileEvent*>(events[i].data.ptr);
+    if (fe == nullptr) {
+      uint64_t v;
+      ssize_t unused = read(wake_fd_, &v, sizeof(v));
+      (void)unused;
+      RunPosted();
+      RunFlushes();
+      continue;
+    }
+    if (fe->fd_ < 0) continue;  // closed earlier in this batch; memory lives until ClearDeferred
+    uint32_t ev = 0;
+    if (events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) ev |= FileEvent::kRead;
+    if (events[i].events & (EPOLLOUT | EPOLLHUP | EPOLLERR)) ev |= FileEvent::kWrite;
+    if (events[i].events & (EPOLLHUP | EPOLLERR)) ev |= FileEvent::kClosed;
+    fe->cb_(ev);
+  }
+  RunFlushes();
+  RunTimers();
+  RunFlushes();
+  ClearDeferred();
+}
+
+void Dispatcher::Run() {
+  thread_id_.store(static_cast<uint64_t>(pthread_self()));
+  while (!exit_.load(std::memory_order_relaxed)) RunOnce(-1);
   RunPosted();
   RunFlushes();
   ClearDeferred();
+}
+
+bool Dispatcher::RunUntil(const std::function<bool()>& done, uint64_t timeout_ms) {
+  thread_id_.store(static_cast<uint64_t>(pthread_self()));
+  UpdateTime();
+  uint64_t deadline = now_ms_ + timeout_ms;
+  while (!done() && now_ms_ < deadline && !exit_.load(std::memory_order_relaxed)) {
+    RunOnce(static_cast<int>(std::min<uint64_t>(deadline - now_ms_, 50)));
+  }
+  return done();
 }
 
 }  // namespace rpx

@@ -87,6 +87,9 @@ class Dispatcher {
 
   // Runs until Exit() is called (from any thread).
   void Run();
+  // Runs the loop until `done()` is true or `timeout_ms` passed; returns done(). For tests and for
+  // bounded waits such as draining.
+  bool RunUntil(const std::function<bool()>& done, uint64_t timeout_ms);
   void Exit();
 
   // Monotonic milliseconds, refreshed once per loop iteration (cheap to read).
@@ -102,6 +105,7 @@ class Dispatcher {
   void RunPosted();
   void ClearDeferred();
   void RunFlushes();
+  void RunOnce(int max_wait_ms);
 
   std::string name_;
   int epoll_fd_;

@@ -637,11 +637,13 @@ const VirtualHostEntry* RouteTable::FindNoPort(std::string_view host) const {
 
 const VirtualHostEntry* RouteTable::FindVirtualHost(std::string_view host_in) const {
   std::string host = absl::AsciiStrToLower(A(host_in));
-  const VirtualHostEntry* vh = FindNoPort(host);
-  if (!vh) {
-    std::string stripped = StripPort(host);
-    if (stripped.size() != host.size()) vh = FindNoPort(stripped);
+  std::string stripped = StripPort(host);
+  if (stripped.size() != host.size()) {
+    // A domain written with its port ("a.com:8080") matches exactly; otherwise the port is ignored.
+    auto it = exact_.find(host);
+    if (it != exact_.end()) return it->second;
   }
+  const VirtualHostEntry* vh = FindNoPort(stripped);
   return vh ? vh : default_;
 }
 

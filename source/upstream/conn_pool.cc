@@ -272,7 +272,7 @@ ConnPool::~ConnPool() {
     }
     list->clear();
   }
-  for (auto& p : pending_) {
+  for (size_t i = 0; i < pending_.size(); ++i) {
     cluster_->resources->ReleasePending();
     stats_.upstream_rq_pending_active.Dec();
   }
@@ -317,7 +317,7 @@ bool ConnPool::TryCreateConnection() {
   if (!cluster_->resources->TryAcquireConnection()) {
     bool got = reclaim_ && reclaim_(this) && cluster_->resources->TryAcquireConnection();
     if (!got) {
-      stats_.upstream_cx_overflow.Inc();
+      stats_.upstream_cx_overflow.Inc();  // counted each time a connection could not be opened
       if (busy_.empty() && connecting_.empty()) {
         // Nothing here will free up: look again soon, and ask other workers to give slots back.
         SetStarved(true);

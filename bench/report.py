@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Turns bench/run.sh's per-run TSV into the Markdown report.
+
+usage: report.py HEADER.md RESULTS.tsv "ROW ROW ..." "PROXY PROXY ..."
+
+Every column is the median over the runs of that (row, proxy), except "errors" and "other CPU %",
+which are the worst run, so a single bad run is never hidden.
+"""
+import csv
+import statistics
+import sys
+
+
+def num(v):
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def median(vals):
+    vals = [v for v in vals if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def fmt(v, digits=0):
+    if v is None:
+        return "—"
+    return f"{v:,.{digits}f}"
+
+
+def fmt_ms(v):
+    if v is None:
+        return "—"
+    if v < 1:
+        return f"{v * 1000:.0f} µs"
+    if v < 100:
+        return f"{v:.2f} ms"
+    return f"{v:.0f} ms"
+
+
+def main():
+    header_path, tsv_path, rows_arg, proxies_arg = sys.argv[1:5]
+    rows = rows_arg.split()
+    proxies = proxies_arg.split()
+    with open(tsv_path, newline="") as f:
+        recs = list(csv.DictReader(f, delimiter="\t"))
+
+    agg = {}
+    for (row, proxy) in {(r["row"], r["proxy"]) for r in recs}:
+        rs = [r for r in recs if r["row"] == row and r["proxy"] == proxy]
+        errs = [(num(r["non2xx"]) or 0) + (num(r["sock_err"]) or 0) for r in rs]
+        nan_runs = sum(1 for r in rs if num(r["req_s"]) is None)
+        agg[(row, proxy)] = {
+            "runs": len(rs),
+            "failed_runs": nan_runs,
+            "req_s": median([num(r["req_s"]) for r in rs]),
+            "p99": median([num(r["p99_ms"]) for r in rs]),
+            "errors": max(errs) if errs else None,
+            "tw_up": median([num(r["tw_upstream"]) for r in rs]),
+            "tw_total": median([num(r["tw_total"]) for r in rs]),
+            "rss": median([num(r["rss_kib"]) for r in rs]),
+            "cpu": median([num(r["cpu_us_per_req"]) for r in rs]),
+            "ocpu": median([num(r["origin_cpu_us_per_req"]) for r in rs]),
+            "busy": median([num(r.get("proxy_cpu_pct")) for r in rs]),
+            "other": max([v for v in (num(r.get("other_cpu_pct")) for r in rs) if v is not None], default=None),
+        }
+
+    out = []
+    with open(header_path) as f:
+        out.append(f.read().rstrip("\n"))
+    out.append("")
+    out.append("| row | proxy | req/s | p99 | errors (non-2xx + socket) | TIME_WAIT upstream | TIME_WAIT total "
+               "| RSS MiB | CPU µs/req | proxy CPU % | req/s rpx/nginx | CPU/req rpx/nginx | other CPU % |")
+    out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for row in rows:
+        for proxy in proxies:
+            a = agg.get((row, proxy))
+            if a is None:
+                continue
+            ratio_rps = ratio_cpu = "—"
+            if proxy == "rpx":
+                n = agg.get((row, "nginx"))
+                if n and a["req_s"] and n["req_s"]:
+                    ratio_rps = f"{a['req_s'] / n['req_s']:.2f}"
+                if n and a["cpu"] and n["cpu"]:
+                    ratio_cpu = f"{a['cpu'] / n['cpu']:.2f}"
+            label = "direct (origin)" if proxy == "direct" else proxy
+            if a["failed_runs"]:
+                label += f" ({a['failed_runs']}/{a['runs']} runs failed)"
+            rss = None if a["rss"] is None else a["rss"] / 1024
+            out.append(
+                f"| {row} | {label} | {fmt(a['req_s'])} | {fmt_ms(a['p99'])} | {fmt(a['errors'])} "
+                f"| {fmt(a['tw_up'])} | {fmt(a['tw_total'])} | {fmt(rss, 1)} | {fmt(a['cpu'], 1)} | {fmt(a['busy'])} "
+                f"| {ratio_rps} | {ratio_cpu} | {fmt(a['other'])} |"
+            )
+    out.append("")
+    out.append("Medians over the runs (errors: worst run). TIME_WAIT = sockets that entered TIME_WAIT during "
+               "the measured wrk run; \"upstream\" = those on the origin's port (proxy↔origin churn), "
+               "\"total\" also counts client↔proxy sockets closed when wrk exits. RSS = VmRSS of the proxy's "
+               "processes after the run; CPU µs/req = proxy utime+stime during the run / requests completed. "
+               "proxy CPU % = share of its CPU (CPU 0) the proxy used; well under 100 means the load "
+               "generator side (wrk + origin on CPU 1) was the limit, so compare CPU µs/req rather than req/s. "
+               "Ratios compare rpx with the `nginx` row (lower CPU/req ratio is better). "
+               "other CPU % = CPU used during the run by anything but the proxy, the origin and wrk, in % of "
+               "one CPU (worst run); more than a few % means something else was running and the row is noisy.")
+    print("\n".join(out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,641 @@
+#!/usr/bin/env bash
+# rpx benchmark harness: rpx vs nginx vs HAProxy as HTTP/1.1 reverse proxies on loopback.
+#
+#   bash bench/run.sh
+#
+# Options (environment variables):
+#   RUNS=3            repetitions of every measurement; the table shows the median
+#   DURATION=10s      wrk duration of one measurement (wrk syntax: 10s, 1m)
+#   WARMUP=1s         unmeasured wrk run before each measurement (0 = none)
+#   ROWS="..."        subset of rows, default: 30B-c50 30B-c200 30B-c400 30B-c1000 16KB-c50 4MiB-c10
+#   PROXIES="..."     subset of proxies, default: rpx nginx nginx-best haproxy
+#   DIRECT=1          also run the "direct to origin" baseline for 4MiB-c10 (0 = skip)
+#   DIRECT_WRK_CPU=1  CPU for wrk in the direct row (1 = shares the origin's CPU, as in proxied rows;
+#                     0 = the CPU the proxy would use, so wrk and origin each get one)
+#   RPX_BIN=path      rpx binary (default <repo>/bazel-bin/source/exe/rpx); rpx is skipped if missing
+#   RPX_ARGS="..."    extra rpx arguments, appended after "-c FILE --concurrency 1 -l warn"
+#   NGINX_BEST_TUNE=1 nginx-best also sets upstream keepalive_requests 100000 + keepalive_timeout 300s
+#                     (nginx's upstream default of 1000 requests per connection causes reconnects)
+#   SKIP_INSTALL=1    do not apt-get install missing tools
+#   BASE_PORT=18000   first port tried for the origin/proxies/admin (free ports are picked upward)
+#   OUT_DIR=bench/results   where latest.md and raw/ go
+#   KEEP_TMP=1        keep the temp dir (configs, payloads, proxy logs) after the run
+#
+# CPU layout (2 cores): proxy under test on CPU 0; origin nginx and wrk share CPU 1.
+# Only the processes this script starts are ever signalled, by PID.
+set -euo pipefail
+export LC_ALL=C
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/.." && pwd)
+
+# --- options (remember which were given, for the report header) --------------------------
+OPTION_VARS=(RUNS DURATION WARMUP ROWS PROXIES DIRECT DIRECT_WRK_CPU RPX_BIN RPX_ARGS NGINX_BEST_TUNE SKIP_INSTALL BASE_PORT OUT_DIR KEEP_TMP)
+GIVEN_ENV=""
+for v in "${OPTION_VARS[@]}"; do
+  if [ -n "${!v+x}" ]; then
+    case "${!v}" in *[!A-Za-z0-9._/:+=-]*|'') GIVEN_ENV+="$v=\"${!v}\" " ;; *) GIVEN_ENV+="$v=${!v} " ;; esac
+  fi
+done
+RUNS=${RUNS:-3}
+DURATION=${DURATION:-10s}
+WARMUP=${WARMUP:-1s}
+ALL_ROWS="30B-c50 30B-c200 30B-c400 30B-c1000 16KB-c50 4MiB-c10"
+ROWS=${ROWS:-$ALL_ROWS}
+ALL_PROXIES="rpx nginx nginx-best haproxy"
+PROXIES=${PROXIES:-$ALL_PROXIES}
+DIRECT=${DIRECT:-1}
+DIRECT_WRK_CPU=${DIRECT_WRK_CPU:-1}
+RPX_BIN=${RPX_BIN:-$ROOT/bazel-bin/source/exe/rpx}
+RPX_ARGS=${RPX_ARGS:-}
+NGINX_BEST_TUNE=${NGINX_BEST_TUNE:-0}
+SKIP_INSTALL=${SKIP_INSTALL:-0}
+BASE_PORT=${BASE_PORT:-18000}
+OUT_DIR=${OUT_DIR:-$HERE/results}
+KEEP_TMP=${KEEP_TMP:-0}
+
+declare -A ROW_PATH=([30B-c50]=/small.txt [30B-c200]=/small.txt [30B-c400]=/small.txt [30B-c1000]=/small.txt
+                     [16KB-c50]=/page.html [4MiB-c10]=/big.bin)
+declare -A ROW_CONNS=([30B-c50]=50 [30B-c200]=200 [30B-c400]=400 [30B-c1000]=1000 [16KB-c50]=50 [4MiB-c10]=10)
+
+log() { echo "[bench $(date +%H:%M:%S)] $*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+for r in $ROWS; do [ -n "${ROW_PATH[$r]+x}" ] || die "unknown row '$r' (known: $ALL_ROWS)"; done
+for p in $PROXIES; do case " $ALL_PROXIES " in *" $p "*) ;; *) die "unknown proxy '$p' (known: $ALL_PROXIES)";; esac; done
+[[ "$RUNS" =~ ^[1-9][0-9]*$ ]] || die "RUNS must be a positive integer"
+
+# "10s" / "1m" / "500ms" / "7" -> whole seconds, rounded up (only used for timeouts)
+to_secs() {
+  local d=$1
+  case "$d" in
+    *ms) echo $(( (${d%ms} + 999) / 1000 )) ;;
+    *s) echo "${d%s}" ;;
+    *m) echo $(( ${d%m} * 60 )) ;;
+    *h) echo $(( ${d%h} * 3600 )) ;;
+    *) echo "$d" ;;
+  esac
+}
+DURATION_S=$(to_secs "$DURATION")
+[[ "$DURATION_S" =~ ^[0-9]+$ ]] && [ "$DURATION_S" -gt 0 ] || die "bad DURATION '$DURATION'"
+WARMUP_S=$(to_secs "$WARMUP")
+
+# --- tools ----------------------------------------------------------------------------------
+missing_tools() {
+  local t m=""
+  for t in nginx haproxy wrk taskset ss curl pgrep; do
+    command -v "$t" >/dev/null 2>&1 || [ -x "/usr/sbin/$t" ] || m+=" $t"
+  done
+  echo "$m"
+}
+export PATH="$PATH:/usr/sbin:/sbin"
+if [ -n "$(missing_tools)" ]; then
+  if [ "$SKIP_INSTALL" = 1 ]; then die "missing tools:$(missing_tools) (and SKIP_INSTALL=1)"; fi
+  log "installing missing tools:$(missing_tools)"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  export DEBIAN_FRONTEND=noninteractive
+  timeout 900 $SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends \
+      nginx-light haproxy wrk util-linux iproute2 curl procps >/dev/null ||
+    { timeout 600 $SUDO apt-get -o DPkg::Lock::Timeout=300 update -qq &&
+      timeout 900 $SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends \
+        nginx-light haproxy wrk util-linux iproute2 curl procps >/dev/null; } ||
+    die "apt-get install failed"
+  [ -z "$(missing_tools)" ] || die "still missing after install:$(missing_tools)"
+fi
+[ "$(nproc)" -ge 2 ] || log "WARNING: fewer than 2 CPUs; taskset -c 1 will fail"
+
+# --- limits ---------------------------------------------------------------------------------
+HARD_NOFILE=$(ulimit -Hn)
+if [ "$HARD_NOFILE" = unlimited ] || [ "$HARD_NOFILE" -ge 20000 ]; then ulimit -n 20000; NOFILE=20000
+else ulimit -n "$HARD_NOFILE"; NOFILE=$HARD_NOFILE; fi
+# HAProxy needs ~2 fds per proxied connection and refuses to start if maxconn does not fit.
+HAPROXY_MAXCONN=$(( (NOFILE - 200) / 2 )); [ "$HAPROXY_MAXCONN" -le 20000 ] || HAPROXY_MAXCONN=20000
+CLK_TCK=$(getconf CLK_TCK)
+
+# --- bookkeeping: every PID we start, cleaned up on exit --------------------------------------
+STARTED_PIDS=()
+TMP=""
+cleanup() {
+  local rc=$? pid kids
+  trap - EXIT INT TERM
+  for pid in "${STARTED_PIDS[@]}"; do stop_pid "$pid" quiet; done
+  if [ -n "$TMP" ] && [ -d "$TMP" ]; then
+    if [ "$KEEP_TMP" = 1 ]; then log "kept temp dir $TMP"; else rm -rf "$TMP"; fi
+  fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# children of a PID we started (nginx workers); read-only lookup by parent PID
+children_of() { pgrep -P "$1" 2>/dev/null || true; }
+
+# Stop a process we started, then any children it left behind; bounded to ~10 s.
+stop_pid() {
+  local pid=$1 quiet=${2:-} kids i
+  [ -n "$pid" ] || return 0
+  kill -0 "$pid" 2>/dev/null || { forget_pid "$pid"; return 0; }
+  kids=$(children_of "$pid")
+  kill -TERM "$pid" 2>/dev/null || true
+  for i in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$pid" 2>/dev/null; then
+    [ -n "$quiet" ] || log "PID $pid did not exit on TERM; sending KILL"
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  wait "$pid" 2>/dev/null || true
+  for k in $kids; do
+    for i in $(seq 1 30); do kill -0 "$k" 2>/dev/null || break; sleep 0.1; done
+    kill -0 "$k" 2>/dev/null && kill -KILL "$k" 2>/dev/null || true
+  done
+  forget_pid "$pid"
+}
+forget_pid() {
+  local p keep=()
+  for p in "${STARTED_PIDS[@]}"; do [ "$p" = "$1" ] || keep+=("$p"); done
+  STARTED_PIDS=("${keep[@]+"${keep[@]}"}")
+}
+
+port_free() { [ -z "$(ss -Htln "sport = :$1" 2>/dev/null)" ]; }
+NEXT_PORT=$BASE_PORT
+pick_port() {  # pick_port VAR: next free port >= NEXT_PORT (never the same one twice in a run)
+  while ! port_free "$NEXT_PORT"; do NEXT_PORT=$((NEXT_PORT + 1)); done
+  printf -v "$1" '%s' "$NEXT_PORT"; NEXT_PORT=$((NEXT_PORT + 1))
+}
+
+# Wait until 127.0.0.1:PORT accepts, while PID is alive; bounded.
+wait_port() {
+  local port=$1 pid=$2 secs=${3:-15} i
+  for i in $(seq 1 $((secs * 10))); do
+    kill -0 "$pid" 2>/dev/null || return 1
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
+    sleep 0.1
+  done
+  return 1
+}
+
+# --- temp dir, payloads ----------------------------------------------------------------------
+TMP=$(mktemp -d /tmp/rpx-bench.XXXXXX)
+chmod 755 "$TMP"   # nginx workers may run as an unprivileged user when started as root
+STAMP=$(date -u +%Y%m%dT%H%M%SZ)
+RAW="$OUT_DIR/raw/$STAMP"
+mkdir -p "$RAW" "$TMP/www"
+RESULTS_TSV="$RAW/results.tsv"
+printf 'proxy\trow\trun\treq_s\tp99_ms\trequests\tnon2xx\tsock_err\ttw_upstream\ttw_total\trss_kib\tcpu_us_per_req\torigin_cpu_us_per_req\ttransfer_per_s\tother_cpu_pct\tproxy_cpu_pct\n' >"$RESULTS_TSV"
+
+printf 'hello from the rpx benchmark\n' >"$TMP/www/small.txt"          # 29 bytes
+{
+  printf '<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>rpx bench page</title></head><body>\n'
+  i=0
+  while :; do
+    line="<p>Paragraph $i: the quick brown fox jumps over the lazy dog; lorem ipsum dolor sit amet.</p>"
+    printf '%s\n' "$line"; i=$((i + 1))
+    [ $i -lt 170 ] || break
+  done
+  printf '</body></html>\n'
+} | head -c 16384 >"$TMP/www/page.html"
+head -c 4194304 /dev/urandom >"$TMP/www/big.bin"
+chmod 644 "$TMP/www/"*
+SIZE_SMALL=$(stat -c %s "$TMP/www/small.txt"); SIZE_PAGE=$(stat -c %s "$TMP/www/page.html"); SIZE_BIG=$(stat -c %s "$TMP/www/big.bin")
+log "payloads: small.txt=${SIZE_SMALL}B page.html=${SIZE_PAGE}B big.bin=${SIZE_BIG}B in $TMP/www"
+
+# --- config writers ----------------------------------------------------------------------------
+nginx_common_top() {  # $1 = dir
+  cat <<EOF
+daemon off;
+master_process on;
+worker_processes 1;
+worker_rlimit_nofile $NOFILE;
+pid $1/nginx.pid;
+error_log $1/error.log warn;
+events { worker_connections $(( NOFILE - 100 )); multi_accept off; }
+EOF
+}
+nginx_temp_paths() {  # $1 = dir
+  cat <<EOF
+  client_body_temp_path $1/client_body;
+  proxy_temp_path $1/proxy;
+  fastcgi_temp_path $1/fastcgi;
+  uwsgi_temp_path $1/uwsgi;
+  scgi_temp_path $1/scgi;
+EOF
+}
+
+write_origin_conf() {  # $1 dir $2 port
+  { nginx_common_top "$1"
+    cat <<EOF
+http {
+  access_log off;
+$(nginx_temp_paths "$1")
+  types { text/plain txt; text/html html; application/octet-stream bin; }
+  default_type application/octet-stream;
+  sendfile on;
+  tcp_nopush on;
+  tcp_nodelay on;
+  keepalive_requests 100000;
+  keepalive_timeout 300s;
+  open_file_cache max=64 inactive=300s;
+  server {
+    listen 127.0.0.1:$2 backlog=4096;
+    root $TMP/www;
+    location / { }
+  }
+}
+EOF
+  } >"$1/nginx.conf"
+}
+
+write_nginx_proxy_conf() {  # $1 dir $2 port $3 upstream-keepalive [$4 = tune: upstream keepalive_requests/timeout]
+  local tune=""
+  if [ "${4:-0}" = 1 ]; then tune=$'\n    keepalive_requests 100000;\n    keepalive_timeout 300s;'; fi
+  { nginx_common_top "$1"
+    cat <<EOF
+http {
+  access_log off;
+$(nginx_temp_paths "$1")
+  keepalive_requests 100000;
+  keepalive_timeout 300s;
+  upstream origin {
+    server 127.0.0.1:$ORIGIN_PORT;
+    keepalive $3;$tune
+  }
+  server {
+    listen 127.0.0.1:$2 backlog=4096;
+    location / {
+      proxy_pass http://origin;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }
+  }
+}
+EOF
+  } >"$1/nginx.conf"
+}
+
+write_haproxy_conf() {  # $1 dir $2 port
+  cat >"$1/haproxy.cfg" <<EOF
+global
+  nbthread 1
+  maxconn $HAPROXY_MAXCONN
+  pidfile $1/haproxy.pid
+
+defaults
+  mode http
+  option http-keep-alive
+  http-reuse always
+  maxconn $HAPROXY_MAXCONN
+  timeout connect 5s
+  timeout client 300s
+  timeout server 300s
+  timeout http-request 30s
+  timeout http-keep-alive 300s
+  timeout queue 30s
+
+frontend fe
+  bind 127.0.0.1:$2
+  backlog 4096
+  default_backend origin
+
+backend origin
+  server origin1 127.0.0.1:$ORIGIN_PORT maxconn $HAPROXY_MAXCONN
+EOF
+}
+
+write_rpx_conf() {  # $1 dir $2 port $3 admin-port
+  cat >"$1/bootstrap.yaml" <<EOF
+admin:
+  address:
+    socket_address:
+      address: 127.0.0.1
+      port_value: $3
+static_resources:
+  listeners:
+  - name: ingress
+    address:
+      socket_address:
+        address: 127.0.0.1
+        port_value: $2
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: ingress_http
+          codec_type: HTTP1
+          route_config:
+            name: local_route
+            virtual_hosts:
+            - name: origin
+              domains: ["*"]
+              routes:
+              - match:
+                  prefix: "/"
+                route:
+                  cluster: origin
+          http_filters:
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+  clusters:
+  - name: origin
+    type: STATIC
+    connect_timeout: 5s
+    lb_policy: ROUND_ROBIN
+    load_assignment:
+      cluster_name: origin
+      endpoints:
+      - lb_endpoints:
+        - endpoint:
+            address:
+              socket_address:
+                address: 127.0.0.1
+                port_value: $ORIGIN_PORT
+    circuit_breakers:
+      thresholds:
+      - priority: DEFAULT
+        max_connections: 100000
+        max_pending_requests: 100000
+        max_requests: 100000
+        max_retries: 3
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        common_http_protocol_options:
+          idle_timeout: 300s
+        explicit_http_config:
+          http_protocol_options: {}
+EOF
+}
+
+# --- process groups and /proc sampling ------------------------------------------------------------
+# PIDs of a proxy: the process we started plus its direct children (nginx workers).
+group_pids() { echo "$1"; children_of "$1"; }
+
+cpu_ticks() {  # sum of utime+stime over the group
+  local total=0 p s
+  for p in $(group_pids "$1"); do
+    s=$(cat "/proc/$p/stat" 2>/dev/null) || continue
+    s=${s##*) }   # drop "pid (comm) "; fields now start at field 3 (state)
+    total=$(( total + $(awk '{print $12 + $13}' <<<"$s") ))
+  done
+  echo "$total"
+}
+rss_kib() {  # sum of VmRSS over the group
+  local total=0 p v
+  for p in $(group_pids "$1"); do
+    v=$(awk '/^VmRSS:/{print $2}' "/proc/$p/status" 2>/dev/null) || continue
+    total=$(( total + ${v:-0} ))
+  done
+  echo "$total"
+}
+
+# Busy ticks of the whole machine (all CPUs) from /proc/stat: user nice system irq softirq steal.
+machine_busy_ticks() { awk '$1 == "cpu" {print $2 + $3 + $4 + $7 + $8 + $9; exit}' /proc/stat; }
+# CPU ticks of this script's reaped children (wrk, ss, awk...), from the "times" builtin, which
+# must run in this shell (not in a $(...) subshell): children_ticks VAR sets VAR.
+children_ticks() {
+  times >"$TMP/times"
+  printf -v "$1" '%s' "$(awk -v t="$CLK_TCK" 'NR == 2 {
+    s = 0
+    for (i = 1; i <= 2; i++) { v = $i; m = v; sub(/m.*/, "", m); sub(/^[0-9]+m/, "", v); sub(/s$/, "", v); s += m * 60 + v }
+    printf "%d\n", s * t + 0.5 }' "$TMP/times")"
+}
+
+# TIME_WAIT sockets as "local peer remaining-ms" lines (ss -o prints "timer:(timewait,47sec,0)")
+tw_snapshot() {
+  ss -tanoH state time-wait 2>/dev/null | awk '{
+    t = ""; for (i = 1; i <= NF; i++) if ($i ~ /^timer:\(timewait,/) t = $i
+    sub(/^timer:\(timewait,/, "", t); sub(/,.*/, "", t)
+    ms = 0
+    if (match(t, /[0-9]+min/)) ms += substr(t, RSTART, RLENGTH - 3) * 60000
+    if (match(t, /[0-9]+sec/)) ms += substr(t, RSTART, RLENGTH - 3) * 1000
+    if (match(t, /[0-9]+\./))  ms += substr(t, RSTART, RLENGTH - 1) * 1000   # "9.464ms" = 9 s 464 ms
+    if (match(t, /[0-9]+ms/))  ms += substr(t, RSTART, RLENGTH - 2)
+    print $3, $4, ms
+  }'
+}
+# Sockets that entered TIME_WAIT between two snapshots taken $3 ms apart: tuples not there
+# before, plus tuples that were there before but whose timer is later than the old socket's
+# could be (the 4-tuple was reused under tcp_tw_reuse and closed again; ss truncates to
+# whole seconds above 9 s, hence the 1 s + 200 ms slack).
+# Prints "total upstream", upstream = local or peer port is the origin's.
+tw_new() {  # $1 before $2 after $3 elapsed-ms
+  awk -v op="$ORIGIN_PORT" -v el="$3" '
+    function port(a) { sub(/.*:/, "", a); return a }
+    NR == FNR { before[$1 " " $2] = $3; next }
+    { k = $1 " " $2
+      if (!(k in before) || $3 > before[k] - el + 1200) { total++; if (port($1) == op || port($2) == op) up++ } }
+    END { print total + 0, up + 0 }' "$1" "$2"
+}
+# After wrk exits, let in-flight closes (FIN-WAIT/LAST-ACK on the ports under test) finish so that
+# every connection closed by the run is in TIME_WAIT when counted; bounded to 3 s.
+settle_closes() {  # $1 port
+  local i
+  for i in $(seq 1 30); do
+    [ -z "$(ss -tanH state fin-wait-1 state fin-wait-2 state last-ack state closing \
+            "( sport = :$1 or dport = :$1 or sport = :$ORIGIN_PORT or dport = :$ORIGIN_PORT )" 2>/dev/null)" ] && return 0
+    sleep 0.1
+  done
+}
+
+# --- is the machine quiet? ---------------------------------------------------------------------
+# Other work (a compiler, a build server) skews every number: sample 1 s and say so in the report.
+b0=$(machine_busy_ticks); sleep 1; b1=$(machine_busy_ticks)
+BUSY_START=$(( (b1 - b0) * 100 / CLK_TCK ))
+BUSY_NOTE=""
+if [ "$BUSY_START" -gt 10 ]; then
+  TOP_CPU=$(top -b -n 2 -d 0.5 -w 200 2>/dev/null | awk '/^top -/{n++} n == 2 && /^ *[0-9]+ / && $9 + 0 > 1 {printf "%s%s %s%%", (c++ ? ", " : ""), $12, $9}' | cut -c1-120)
+  BUSY_NOTE=" — WARNING: machine busy before the run (${TOP_CPU:-unknown processes}); numbers are noisy"
+  log "WARNING: ${BUSY_START}% of a CPU busy before the run (${TOP_CPU:-?}); results will be noisy"
+fi
+
+# --- origin ---------------------------------------------------------------------------------------
+pick_port ORIGIN_PORT
+mkdir -p "$TMP/origin"
+write_origin_conf "$TMP/origin" "$ORIGIN_PORT"
+nginx -t -q -p "$TMP/origin" -c "$TMP/origin/nginx.conf" -e "$TMP/origin/error.log" ||
+  die "origin nginx config invalid: $TMP/origin/nginx.conf"
+taskset -c 1 nginx -p "$TMP/origin" -c "$TMP/origin/nginx.conf" -e "$TMP/origin/error.log" \
+  >"$TMP/origin/stdout.log" 2>&1 &
+ORIGIN_PID=$!
+STARTED_PIDS+=("$ORIGIN_PID")
+wait_port "$ORIGIN_PORT" "$ORIGIN_PID" 15 || { cat "$TMP/origin/error.log" >&2 || true; die "origin did not listen on $ORIGIN_PORT"; }
+got=$(curl -s --max-time 5 "http://127.0.0.1:$ORIGIN_PORT/small.txt") || die "origin GET failed"
+[ "$got" = "$(cat "$TMP/www/small.txt")" ] || die "origin returned unexpected body"
+log "origin nginx PID $ORIGIN_PID on 127.0.0.1:$ORIGIN_PORT (CPU 1)"
+
+# --- proxies ---------------------------------------------------------------------------------------
+PROXY_PID=""; PROXY_PORT=""
+start_proxy() {  # $1 name; sets PROXY_PID, PROXY_PORT; returns 1 if it cannot be started
+  local name=$1 dir="$TMP/$1" admin
+  mkdir -p "$dir"
+  pick_port PROXY_PORT
+  case "$name" in
+    rpx)
+      if [ ! -x "$RPX_BIN" ]; then
+        log "SKIP rpx: RPX_BIN=$RPX_BIN is not an executable file (build rpx first, or set RPX_BIN)"
+        return 1
+      fi
+      pick_port admin
+      write_rpx_conf "$dir" "$PROXY_PORT" "$admin"
+      # shellcheck disable=SC2086
+      taskset -c 0 "$RPX_BIN" -c "$dir/bootstrap.yaml" --concurrency 1 -l warn $RPX_ARGS \
+        >"$dir/stdout.log" 2>&1 &
+      ;;
+    nginx|nginx-best)
+      local ka=64 tune=0
+      if [ "$name" = nginx-best ]; then ka=1024; tune=$NGINX_BEST_TUNE; fi
+      write_nginx_proxy_conf "$dir" "$PROXY_PORT" "$ka" "$tune"
+      nginx -t -q -p "$dir" -c "$dir/nginx.conf" -e "$dir/error.log" 2>"$dir/configtest.log" ||
+        { cat "$dir/configtest.log" >&2; log "SKIP $name: config invalid"; return 1; }
+      taskset -c 0 nginx -p "$dir" -c "$dir/nginx.conf" -e "$dir/error.log" >"$dir/stdout.log" 2>&1 &
+      ;;
+    haproxy)
+      write_haproxy_conf "$dir" "$PROXY_PORT"
+      haproxy -c -q -f "$dir/haproxy.cfg" >"$dir/configtest.log" 2>&1 ||
+        { cat "$dir/configtest.log" >&2; log "SKIP haproxy: config invalid"; return 1; }
+      taskset -c 0 haproxy -db -f "$dir/haproxy.cfg" >"$dir/stdout.log" 2>&1 &
+      ;;
+  esac
+  PROXY_PID=$!
+  STARTED_PIDS+=("$PROXY_PID")
+  if ! wait_port "$PROXY_PORT" "$PROXY_PID" 20; then
+    log "SKIP $name: did not listen on 127.0.0.1:$PROXY_PORT; its output:"
+    tail -n 30 "$dir/stdout.log" "$dir/error.log" 2>/dev/null >&2 || true
+    stop_pid "$PROXY_PID"; return 1
+  fi
+  # Sanity: the proxy must return the origin's bytes, small and big.
+  local body size
+  body=$(curl -s --max-time 5 "http://127.0.0.1:$PROXY_PORT/small.txt" || true)
+  size=$(curl -s --max-time 20 -o /dev/null -w '%{size_download}:%{http_code}' "http://127.0.0.1:$PROXY_PORT/big.bin" || true)
+  if [ "$body" != "$(cat "$TMP/www/small.txt")" ] || [ "$size" != "$SIZE_BIG:200" ]; then
+    log "SKIP $name: sanity GET through the proxy failed (small body '${body:0:60}', big '$size')"
+    stop_pid "$PROXY_PID"; return 1
+  fi
+  log "$name PID $PROXY_PID on 127.0.0.1:$PROXY_PORT (CPU 0)"
+}
+
+WRK_CPU=1
+run_wrk() {  # $1 conns $2 duration $3 url $4 outfile ; wrk on CPU $WRK_CPU, bounded in time
+  local secs; secs=$(to_secs "$2")
+  # In the background + wait, so that a signal to this script runs the cleanup trap at once.
+  taskset -c "$WRK_CPU" timeout -k 5 $(( secs + 60 )) wrk -t1 -c "$1" -d "$2" --timeout 10s --latency "$3" >"$4" 2>&1 &
+  local pid=$!
+  STARTED_PIDS+=("$pid")
+  wait "$pid" || true
+  forget_pid "$pid"
+}
+
+# parse a wrk --latency output file -> "req_s p99_ms requests non2xx sock_err transfer"
+parse_wrk() {
+  awk '
+    function ms(v) {
+      if (v ~ /us$/) return substr(v, 1, length(v) - 2) / 1000
+      if (v ~ /ms$/) return substr(v, 1, length(v) - 2) + 0
+      if (v ~ /s$/)  return substr(v, 1, length(v) - 1) * 1000
+      if (v ~ /m$/)  return substr(v, 1, length(v) - 1) * 60000
+      if (v ~ /h$/)  return substr(v, 1, length(v) - 1) * 3600000
+      return "NA"
+    }
+    BEGIN { rps = "NA"; p99 = "NA"; req = "NA"; non2xx = 0; sock = 0; xfer = "NA" }
+    / requests in / { req = $1 }
+    /^Requests\/sec:/ { rps = $2 }
+    /^Transfer\/sec:/ { xfer = $2 }
+    /^[ \t]+99%[ \t]/ { p99 = ms($2) }
+    /Non-2xx or 3xx responses:/ { non2xx = $NF }
+    /Socket errors:/ { gsub(/,/, ""); sock = $4 + $6 + $8 + $10 }
+    END { print rps, p99, req, non2xx, sock, xfer }
+  ' "$1"
+}
+
+# measure one (proxy,row,run). $1 proxy-name $2 row $3 run $4 port $5 pid-to-sample (proxy or origin)
+measure() {
+  local name=$1 row=$2 run=$3 port=$4 pid=$5
+  local conns=${ROW_CONNS[$row]} url="http://127.0.0.1:$4${ROW_PATH[$row]}"
+  local out="$RAW/wrk.$name.$row.run$run.txt" twb="$TMP/tw.before" twa="$TMP/tw.after"
+  if [ "$WARMUP_S" -gt 0 ]; then run_wrk "$conns" "$WARMUP" "$url" "$RAW/wrk.$name.$row.run$run.warmup.txt"; fi
+  tw_snapshot >"$twb"
+  local t0 t1; t0=$(date +%s%N)
+  local c0 o0 c1 o1 m0 m1 k0 k1 w0 w1
+  c0=$(cpu_ticks "$pid"); o0=$(cpu_ticks "$ORIGIN_PID"); children_ticks k0; m0=$(machine_busy_ticks); w0=$(date +%s%N)
+  run_wrk "$conns" "$DURATION" "$url" "$out"
+  m1=$(machine_busy_ticks); w1=$(date +%s%N); c1=$(cpu_ticks "$pid"); o1=$(cpu_ticks "$ORIGIN_PID"); children_ticks k1
+  # CPU used by anything else on the machine during the run, in % of one CPU (a build, a
+  # compiler...). A few % is kernel work not charged to any process; more means noisy numbers.
+  local own=$(( c1 - c0 + k1 - k0 )) other
+  [ "$name" = direct ] || own=$(( own + o1 - o0 ))
+  local busy_pct
+  busy_pct=$(awk -v d=$((c1 - c0)) -v t="$CLK_TCK" -v ns=$((w1 - w0)) 'BEGIN { printf "%.0f", d / t / (ns / 1e9) * 100 }')
+  other=$(awk -v b=$((m1 - m0)) -v o="$own" -v t="$CLK_TCK" -v ns=$((w1 - w0)) \
+    'BEGIN { v = (b - o) / t / (ns / 1e9) * 100; if (v < 0) v = 0; printf "%.0f", v }')
+  local tw_total tw_up rss
+  rss=$(rss_kib "$pid")
+  settle_closes "$port"
+  tw_snapshot >"$twa"
+  t1=$(date +%s%N)
+  read -r tw_total tw_up < <(tw_new "$twb" "$twa" $(( (t1 - t0) / 1000000 )))
+  local rps p99 req non2xx sock xfer
+  read -r rps p99 req non2xx sock xfer < <(parse_wrk "$out")
+  local cpu_us ocpu_us
+  cpu_us=$(awk -v d=$((c1 - c0)) -v t="$CLK_TCK" -v n="$req" 'BEGIN{ if (n+0 > 0) printf "%.2f", d * 1e6 / t / n; else print "NA" }')
+  ocpu_us=$(awk -v d=$((o1 - o0)) -v t="$CLK_TCK" -v n="$req" 'BEGIN{ if (n+0 > 0) printf "%.2f", d * 1e6 / t / n; else print "NA" }')
+  if [ "$name" = direct ]; then rss="NA"; cpu_us="NA"; busy_pct="NA"; fi
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$row" "$run" "$rps" "$p99" "$req" \
+    "$non2xx" "$sock" "$tw_up" "$tw_total" "$rss" "$cpu_us" "$ocpu_us" "$xfer" "$other" "$busy_pct" >>"$RESULTS_TSV"
+  log "  $name $row run $run: ${rps} req/s, p99 ${p99} ms, non2xx $non2xx, sockerr $sock, TW up/total $tw_up/$tw_total, RSS ${rss} KiB, CPU ${cpu_us} us/req (${busy_pct}% of its CPU), other CPU ${other}%"
+  [ "$rps" != NA ] || { log "  wrk output:"; tail -n 5 "$out" >&2 || true; }
+}
+
+# --- header --------------------------------------------------------------------------------------
+CPU_MODEL=$(awk -F': ' '/^model name/{print $2; exit}' /proc/cpuinfo)
+HEADER="$RAW/header.md"
+{
+  echo "# rpx benchmark"
+  echo
+  echo "- command: \`${GIVEN_ENV}bash bench/run.sh\` (RUNS=$RUNS DURATION=$DURATION WARMUP=$WARMUP)"
+  echo "- date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+  echo "- kernel: $(uname -srm)"
+  echo "- CPU: ${CPU_MODEL:-unknown} ($(nproc) CPUs); proxy pinned to CPU 0, origin nginx + wrk to CPU 1"
+  echo "- nginx: $(nginx -v 2>&1 | sed 's/^nginx version: //'); haproxy: $(haproxy -v 2>&1 | head -n 1 | awk '{print $3}'); wrk: $(wrk -v 2>&1 | head -n 1 | awk '{print $2}')"
+  if [ -x "$RPX_BIN" ]; then
+    echo "- rpx: $RPX_BIN ($(stat -c '%s bytes, modified %y' "$RPX_BIN" | cut -d. -f1); repo $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo 'no commit'))"
+  else
+    echo "- rpx: not measured ($RPX_BIN missing)"
+  fi
+  echo "- payloads: ${SIZE_SMALL} B text, ${SIZE_PAGE} B HTML, ${SIZE_BIG} B binary; fd limit $NOFILE; HAProxy maxconn $HAPROXY_MAXCONN"
+  echo "- raw logs: ${RAW#"$ROOT"/}"
+  echo "- CPU busy before the run: ${BUSY_START}% of one CPU (1 s sample)$BUSY_NOTE"
+} >"$HEADER"
+
+# --- run -------------------------------------------------------------------------------------------
+log "rows: $ROWS | proxies: $PROXIES | RUNS=$RUNS DURATION=$DURATION WARMUP=$WARMUP"
+case " $PROXIES " in *" rpx "*) [ -x "$RPX_BIN" ] || log "NOTE: rpx rows will be skipped: $RPX_BIN not found (set RPX_BIN)";; esac
+
+if [ "$DIRECT" = 1 ] && [[ " $ROWS " == *" 4MiB-c10 "* ]]; then
+  log "direct to origin (baseline), wrk on CPU $DIRECT_WRK_CPU"
+  WRK_CPU=$DIRECT_WRK_CPU
+  for run in $(seq 1 "$RUNS"); do measure direct 4MiB-c10 "$run" "$ORIGIN_PORT" "$ORIGIN_PID"; done
+  WRK_CPU=1
+fi
+
+SKIPPED=""
+save_files() {  # $1 = name: configs and logs of that proxy (or the origin) into the raw dir
+  local f
+  for f in "$TMP/$1/"*; do if [ -f "$f" ]; then cp "$f" "$RAW/$1.$(basename "$f")"; fi; done
+}
+for proxy in $PROXIES; do
+  if ! start_proxy "$proxy"; then SKIPPED+=" $proxy"; save_files "$proxy"; continue; fi
+  for row in $ROWS; do
+    for run in $(seq 1 "$RUNS"); do measure "$proxy" "$row" "$run" "$PROXY_PORT" "$PROXY_PID"; done
+  done
+  stop_pid "$PROXY_PID"
+  save_files "$proxy"
+done
+save_files origin
+[ -z "$SKIPPED" ] || echo "- skipped:${SKIPPED} (see log above / raw dir)" >>"$HEADER"
+
+mkdir -p "$OUT_DIR"
+python3 "$HERE/report.py" "$HEADER" "$RESULTS_TSV" "$ROWS" "direct $PROXIES" >"$RAW/table.md"
+cp "$RAW/table.md" "$OUT_DIR/latest.md"
+cat "$OUT_DIR/latest.md"
+log "wrote ${OUT_DIR}/latest.md; raw logs in $RAW"

@@ -1,0 +1,63 @@
+#include "source/common/buffer.h"
+
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace rpx {
+namespace {
+
+TEST(BufferTest, AppendDrainKeepsOrder) {
+  Buffer b;
+  b.Append("hello ");
+  b.Append("world");
+  EXPECT_EQ(b.view(), "hello world");
+  b.Drain(6);
+  EXPECT_EQ(b.view(), "world");
+  b.Drain(5);
+  EXPECT_TRUE(b.empty());
+}
+
+TEST(BufferTest, ReuseAfterDrainDoesNotGrow) {
+  Buffer b;
+  b.Append(std::string(3000, 'a'));
+  size_t cap = b.capacity();
+  for (int i = 0; i < 100; ++i) {
+    b.Drain(b.size());
+    b.Append(std::string(3000, 'b'));
+  }
+  EXPECT_EQ(b.capacity(), cap);
+  EXPECT_EQ(b.view(), std::string(3000, 'b'));
+}
+
+TEST(BufferTest, CompactsInsteadOfGrowingWhenFrontIsFree) {
+  Buffer b;
+  b.Append(std::string(4000, 'x'));
+  size_t cap = b.capacity();
+  b.Drain(3900);
+  b.Append(std::string(3000, 'y'));  // fits once the 100 live bytes slide to the front
+  EXPECT_EQ(b.capacity(), cap);
+  EXPECT_EQ(b.view(), std::string(100, 'x') + std::string(3000, 'y'));
+}
+
+TEST(BufferTest, ReserveCommit) {
+  Buffer b;
+  char* p = b.Reserve(10);
+  memcpy(p, "abc", 3);
+  b.Commit(3);
+  EXPECT_EQ(b.view(), "abc");
+  EXPECT_GE(b.WritableBytes(), 7u);
+}
+
+TEST(BufferTest, ShrinkIfEmptyFreesLargeBuffers) {
+  Buffer b;
+  b.Append(std::string(1 << 20, 'z'));
+  b.Drain(b.size());
+  b.ShrinkIfEmpty();
+  EXPECT_EQ(b.capacity(), 0u);
+  b.Append("ok");
+  EXPECT_EQ(b.view(), "ok");
+}
+
+}  // namespace
+}  // namespace rpx

@@ -1,0 +1,200 @@
+#include "source/config/server_config.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "source/config/supported_fields.h"
+#include "source/config/yaml_loader.h"
+
+namespace rpx {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kGood[] = R"(
+admin: {address: {socket_address: {address: 127.0.0.1, port_value: 0}}}
+static_resources:
+  listeners:
+  - name: main
+    address: {socket_address: {address: 127.0.0.1, port_value: 0}}
+    per_connection_buffer_limit_bytes: 65536
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: ingress
+          stream_idle_timeout: 10s
+          request_timeout: 20s
+          max_request_headers_kb: 30
+          common_http_protocol_options: {idle_timeout: 60s, max_headers_count: 50}
+          route_config:
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              routes: [{match: {prefix: "/"}, route: {cluster: web}}]
+          http_filters:
+          - name: envoy.filters.http.router
+            typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}
+  clusters:
+  - name: web
+    connect_timeout: 2s
+    lb_policy: RANDOM
+    circuit_breakers: {thresholds: [{max_connections: 10, max_pending_requests: 5, max_requests: 20}]}
+    max_requests_per_connection: 100
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        common_http_protocol_options: {idle_timeout: 7s, max_headers_count: 64}
+        explicit_http_config: {http_protocol_options: {}}
+    load_assignment:
+      cluster_name: web
+      endpoints:
+      - lb_endpoints:
+        - endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: 8081}}}
+          load_balancing_weight: 3
+        - endpoint: {address: {socket_address: {address: "::1", port_value: 8082}}}
+        - endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: 8083}}}
+          health_status: UNHEALTHY
+)";
+
+// Loads, checks supported fields and builds, as the server does.
+bool Build(const std::string& yaml, ServerConfig* out, std::vector<std::string>* errors) {
+  envoy::config::bootstrap::v3::Bootstrap b;
+  if (!LoadYamlIntoMessage(yaml, "t.yaml", &b, errors)) return false;
+  CheckSupportedFields(b, "t.yaml: ", "", errors);
+  if (!errors->empty()) return false;
+  BuildOptions o;
+  o.stats_slots = 2;
+  o.source = "t.yaml";
+  return BuildServerConfig(b, o, out, errors);
+}
+
+std::string OnlyError(const std::string& yaml) {
+  ServerConfig c;
+  std::vector<std::string> errors;
+  EXPECT_FALSE(Build(yaml, &c, &errors));
+  EXPECT_EQ(errors.size(), 1u) << ::testing::PrintToString(errors);
+  return errors.empty() ? "" : errors[0];
+}
+
+std::string Replace(std::string s, const std::string& from, const std::string& to) {
+  size_t p = s.find(from);
+  EXPECT_NE(p, std::string::npos) << from;
+  if (p != std::string::npos) s.replace(p, from.size(), to);
+  return s;
+}
+
+TEST(ServerConfigTest, BuildsEverySetting) {
+  ServerConfig c;
+  std::vector<std::string> errors;
+  ASSERT_TRUE(Build(kGood, &c, &errors)) << ::testing::PrintToString(errors);
+  ASSERT_EQ(c.listeners.size(), 1u);
+  const ListenerConfig& l = *c.listeners[0];
+  EXPECT_EQ(l.buffer_limit, 65536u);
+  EXPECT_EQ(l.http->stat_prefix, "ingress");
+  EXPECT_EQ(l.http->stream_idle_timeout_ms, 10000u);
+  EXPECT_EQ(l.http->request_timeout_ms, 20000u);
+  EXPECT_EQ(l.http->max_request_headers_kb, 30u);
+  EXPECT_EQ(l.http->idle_timeout_ms, 60000u);
+  EXPECT_EQ(l.http->max_headers_count, 50u);
+  ASSERT_TRUE(c.admin_address.has_value());
+  const ClusterEntry& web = c.clusters.at("web");
+  EXPECT_EQ(web.info->connect_timeout_ms, 2000u);
+  EXPECT_EQ(web.info->lb_policy, LbPolicy::kRandom);
+  EXPECT_EQ(web.info->resources->max_connections(), 10u);
+  EXPECT_EQ(web.info->idle_timeout_ms, 7000u);
+  EXPECT_EQ(web.info->max_response_headers_count, 64u);
+  EXPECT_EQ(web.info->max_requests_per_connection, 100u);
+  ASSERT_EQ(web.hosts->size(), 2u);  // the UNHEALTHY endpoint takes no traffic
+  EXPECT_EQ((*web.hosts)[0]->weight, 3u);
+  EXPECT_EQ((*web.hosts)[1]->address.ToString(), "[::1]:8082");
+}
+
+TEST(ServerConfigTest, UnknownClusterInRoute) {
+  std::string e = OnlyError(Replace(kGood, "route: {cluster: web}", "route: {cluster: nope}"));
+  EXPECT_THAT(e, HasSubstr("refers to unknown cluster 'nope'"));
+}
+
+TEST(ServerConfigTest, DuplicateClusterName) {
+  std::string yaml = kGood;
+  yaml += R"(
+  - name: web
+    load_assignment: {cluster_name: web}
+)";
+  std::string e = OnlyError(yaml);
+  EXPECT_THAT(e, HasSubstr("static_resources.clusters[1].name: duplicate cluster name 'web'"));
+}
+
+TEST(ServerConfigTest, UnsupportedClusterTypeAndLbPolicy) {
+  ServerConfig c;
+  std::vector<std::string> errors;
+  std::string yaml = Replace(kGood, "lb_policy: RANDOM", "lb_policy: MAGLEV\n    type: EDS");
+  EXPECT_FALSE(Build(yaml, &c, &errors));
+  ASSERT_EQ(errors.size(), 2u);
+  EXPECT_THAT(errors[0], HasSubstr("static_resources.clusters[0].type: cluster type EDS"));
+  EXPECT_THAT(errors[1], HasSubstr("static_resources.clusters[0].lb_policy: lb_policy MAGLEV"));
+}
+
+TEST(ServerConfigTest, UnsupportedFieldsAreErrorsNotIgnored) {
+  std::string e = OnlyError(Replace(kGood, "connect_timeout: 2s",
+                                    "connect_timeout: 2s\n    outlier_detection: {}"));
+  // outlier_detection is not in rpx's proto subset, so the loader reports it as unknown.
+  EXPECT_THAT(e, HasSubstr("static_resources.clusters[0].outlier_detection"));
+  e = OnlyError(Replace(kGood, "          route_config:\n", "          rds: {route_config_name: r}\n          route_config:\n"));
+  EXPECT_THAT(e, HasSubstr("only one of the 'route_specifier' fields"));
+  std::string rds_only = kGood;
+  size_t from = rds_only.find("          route_config:");
+  size_t to = rds_only.find("          http_filters:");
+  rds_only.replace(from, to - from, "          rds: {route_config_name: r}\n");
+  ServerConfig c;
+  std::vector<std::string> errors;
+  EXPECT_FALSE(Build(rds_only, &c, &errors));
+  ASSERT_EQ(errors.size(), 1u);
+  e = errors[0];
+  EXPECT_THAT(e, HasSubstr("typed_config.rds: field 'rds'"));
+  EXPECT_THAT(e, HasSubstr("not supported"));
+  e = OnlyError(Replace(kGood, "static_resources:", "dynamic_resources: {}\nstatic_resources:"));
+  EXPECT_THAT(e, HasSubstr("dynamic_resources"));
+  EXPECT_THAT(e, HasSubstr("xDS"));
+}
+
+TEST(ServerConfigTest, OnlyTheRouterHttpFilter) {
+  std::string e = OnlyError(Replace(
+      kGood, "- name: envoy.filters.http.router\n",
+      "- name: envoy.filters.http.cors\n          - name: envoy.filters.http.router\n"));
+  EXPECT_THAT(e, HasSubstr("http_filters[0]: http filter 'envoy.filters.http.cors'"));
+}
+
+TEST(ServerConfigTest, BadAddressAndPort) {
+  std::string e = OnlyError(Replace(kGood, "address: 127.0.0.1, port_value: 8081",
+                                    "address: not-an-ip, port_value: 8081"));
+  EXPECT_THAT(e, HasSubstr("lb_endpoints[0].endpoint.address.socket_address.address"));
+  e = OnlyError(Replace(kGood, "port_value: 8081", "port_value: 0"));
+  EXPECT_THAT(e, HasSubstr("port_value: must be within [1, 65535]"));
+}
+
+TEST(ServerConfigTest, HeadersKbLimit) {
+  std::string e = OnlyError(Replace(kGood, "max_request_headers_kb: 30", "max_request_headers_kb: 9000"));
+  EXPECT_THAT(e, HasSubstr("max_request_headers_kb: must be within [1, 8192]"));
+}
+
+TEST(ServerConfigTest, NoListeners) {
+  std::string e = OnlyError("static_resources: {clusters: []}\n");
+  EXPECT_THAT(e, HasSubstr("at least one listener"));
+}
+
+TEST(ServerConfigTest, StrictDnsResolvesLocalhost) {
+  std::string yaml = Replace(kGood, "lb_policy: RANDOM", "lb_policy: RANDOM\n    type: STRICT_DNS");
+  yaml = Replace(yaml, "address: 127.0.0.1, port_value: 8081", "address: localhost, port_value: 8081");
+  yaml = Replace(yaml, "address: \"::1\", port_value: 8082", "address: localhost, port_value: 8082");
+  ServerConfig c;
+  std::vector<std::string> errors;
+  ASSERT_TRUE(Build(yaml, &c, &errors)) << ::testing::PrintToString(errors);
+  const auto& hosts = *c.clusters.at("web").hosts;
+  ASSERT_GE(hosts.size(), 2u);
+  EXPECT_EQ(hosts[0]->hostname, "localhost");
+  EXPECT_EQ(c.dns_clusters.size(), 1u);
+}
+
+}  // namespace
+}  // namespace rpx

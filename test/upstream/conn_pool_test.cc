@@ -1,0 +1,246 @@
+#include "source/upstream/conn_pool.h"
+
+#include <memory>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "source/upstream/worker_cluster.h"
+#include "test/test_common/fake_upstream.h"
+
+namespace rpx {
+namespace {
+
+constexpr uint64_t kWaitMs = 10000;  // generous: only a hang reaches it
+
+std::shared_ptr<ClusterInfo> MakeCluster(uint32_t max_conn, uint32_t max_pending,
+                                         uint32_t max_requests = 1024) {
+  auto info = std::make_shared<ClusterInfo>();
+  info->name = "test";
+  info->resources = std::make_shared<ClusterResources>(max_conn, max_pending, max_requests);
+  info->stats_slots = 1;
+  info->stats.reset(new ClusterStats[1]);
+  return info;
+}
+
+std::shared_ptr<const Host> MakeHost(uint16_t port) {
+  auto h = std::make_shared<Host>();
+  h->address = *SocketAddress::FromIpPort("127.0.0.1", port);
+  return h;
+}
+
+// One request through the pool: records what happened.
+class TestRequest : public PoolCallbacks, public ResponseDecoder {
+ public:
+  void OnPoolReady(UpstreamClient& client) override {
+    ready = true;
+    client_ = &client;
+    RequestHead head;
+    head.method = "GET";
+    head.path = "/";
+    head.headers.Add("host", "test");
+    client.StartRequest(this, head);
+  }
+  void OnPoolFailure(PoolFailure reason, const std::string& d) override {
+    failed = true;
+    failure = reason;
+    detail = d;
+  }
+  void OnResponseHeaders(ResponseHead& head, bool) override { status = head.status; }
+  void OnResponseData(const char* data, size_t len, bool end_stream) override {
+    body.append(data ? data : "", len);
+    if (end_stream) complete = true;
+  }
+  void OnUpstreamReset(UpstreamResetReason, const std::string& d) override {
+    reset = true;
+    detail = d;
+  }
+  void OnUpstreamWriteWatermark(bool) override {}
+
+  bool ready = false, failed = false, complete = false, reset = false;
+  PoolFailure failure = PoolFailure::kOverflow;
+  int status = 0;
+  std::string body, detail;
+  UpstreamClient* client_ = nullptr;
+  ConnPool::Pending* handle = nullptr;
+};
+
+class ConnPoolTest : public ::testing::Test {
+ protected:
+  Dispatcher dispatcher_{"test"};
+  FakeUpstream upstream_;
+};
+
+TEST_F(ConnPoolTest, ReusesIdleConnection) {
+  auto info = MakeCluster(10, 10);
+  ConnPool pool(dispatcher_, info, MakeHost(upstream_.port()), info->stats[0]);
+  for (int i = 0; i < 5; ++i) {
+    TestRequest r;
+    r.handle = pool.NewStream(r);
+    ASSERT_TRUE(dispatcher_.RunUntil([&] { return r.complete; }, kWaitMs));
+    EXPECT_EQ(r.status, 200);
+    EXPECT_EQ(r.body, "ok");
+  }
+  EXPECT_EQ(upstream_.connections(), 1);
+  EXPECT_EQ(info->stats[0].upstream_cx_total.Value(), 1u);
+  EXPECT_EQ(info->stats[0].upstream_rq_total.Value(), 5u);
+  EXPECT_EQ(info->resources->connections(), 1);
+}
+
+TEST_F(ConnPoolTest, QueuesUpToMaxPendingThenOverflows) {
+  auto info = MakeCluster(/*max_conn=*/1, /*max_pending=*/2);
+  ConnPool pool(dispatcher_, info, MakeHost(upstream_.port()), info->stats[0]);
+  upstream_.Hold();
+  TestRequest a, b, c;
+  a.handle = pool.NewStream(a);
+  b.handle = pool.NewStream(b);
+  c.handle = pool.NewStream(c);
+  // The third request finds one connection opening and two waiting: refused at once.
+  EXPECT_TRUE(c.failed);
+  EXPECT_EQ(c.failure, PoolFailure::kOverflow);
+  EXPECT_EQ(info->stats[0].upstream_rq_pending_overflow.Value(), 1u);
+  ASSERT_TRUE(dispatcher_.RunUntil([&] { return a.ready; }, kWaitMs));
+  EXPECT_FALSE(b.ready);  // waits for the only connection
+  upstream_.Release();
+  ASSERT_TRUE(dispatcher_.RunUntil([&] { return a.complete && b.complete; }, kWaitMs));
+  EXPECT_EQ(upstream_.connections(), 1);
+  EXPECT_EQ(info->resources->pending(), 0);
+  EXPECT_EQ(info->stats[0].upstream_cx_total.Value(), 1u);
+}
+
+TEST_F(ConnPoolTest, CancelReleasesPendingSlot) {
+  auto info = MakeCluster(1, 1);
+  ConnPool pool(dispatcher_, info, MakeHost(upstream_.port()), info->stats[0]);
+  TestRequest a;
+  a.handle = pool.NewStream(a);
+  ASSERT_NE(a.handle, nullptr);
+  EXPECT_EQ(info->resources->pending(), 1);
+  pool.Cancel(a.handle);
+  EXPECT_EQ(info->resources->pending(), 0);
+  // The connection opened for it is parked idle and serves the next request.
+  TestRequest b;
+  b.handle = pool.NewStream(b);
+  ASSERT_TRUE(dispatcher_.RunUntil([&] { return b.complete; }, kWaitMs));
+  EXPECT_EQ(upstream_.connections(), 1);
+}
+
+TEST_F(ConnPoolTest, IdleConnectionClosesAfterIdleTimeout) {
+  auto info = MakeCluster(10, 10);
+  info->idle_timeout_ms = 30;
+  ConnPool pool(dispatcher_, info, MakeHost(upstream_.port()), info->stats[0]);
+  TestRequest r;
+  r.handle = pool.NewStream(r);
+  ASSERT_TRUE(dispatcher_.RunUntil([&] { return r.complete; }, kWaitMs));
+  ASSERT_TRUE(dispatcher_.RunUntil(
+      [&] { return info->stats[0].upstream_cx_idle_timeout.Value() == 1; }, kWaitMs));
+  EXPECT_EQ(info->stats[0].upstream_cx_active.Value(), 0);
+  EXPECT_EQ(info->resources->connections(), 0);
+  EXPECT_TRUE(pool.idle());
+}
+
+TEST_F(ConnPoolTest, MaxRequestsPerConnection) {
+  auto info = MakeCluster(10, 10);
+  info->max_requests_per_connection = 2;
+  ConnPool pool(dispatcher_, info, MakeHost(upstream_.port()), info->stats[0]);
+  for (int i = 0; i < 4; ++i) {
+    TestRequest r;
+    r.handle = pool.NewStream(r);
+    ASSERT_TRUE(dispatcher_.RunUntil([&] { return r.complete; }, kWaitMs));
+  }
+  EXPECT_EQ(info->stats[0].upstream_cx_total.Value(), 2u);
+  EXPECT_EQ(info->stats[0].upstream_cx_max_requests.Value(), 2u);
+  ASSERT_TRUE(dispatcher_.RunUntil([&] { return upstream_.connections() == 2; }, kWaitMs));
+}
+
+TEST_F(ConnPoolTest, ConnectFailureFailsTheWaiter) {
+  auto info = MakeCluster(10, 10);
+  uint16_t dead_port;
+  {
+    FakeUpstream gone;
+    dead_port = gone.port();
+  }
+  ConnPool pool(dispatcher_, info, MakeHost(dead_port), info->stats[0]);
+  TestRequest r;
+  r.handle = pool.NewStream(r);
+  ASSERT_TRUE(dispatcher_.RunUntil([&] { return r.failed; }, kWaitMs));
+  EXPECT_EQ(r.failure, PoolFailure::kConnectFailure);
+  EXPECT_EQ(info->stats[0].upstream_cx_connect_fail.Value(), 1u);
+  EXPECT_EQ(info->resources->connections(), 0);
+  EXPECT_EQ(info->resources->pending(), 0);
+}
+
+TEST_F(ConnPoolTest, ResetClosesTheConnection) {
+  auto info = MakeCluster(10, 10);
+  ConnPool pool(dispatcher_, info, MakeHost(upstream_.port()), info->stats[0]);
+  upstream_.Hold();
+  TestRequest r;
+  r.handle = pool.NewStream(r);
+  ASSERT_TRUE(dispatcher_.RunUntil([&] { return r.ready; }, kWaitMs));
+  r.client_->Reset();
+  EXPECT_EQ(info->resources->connections(), 0);
+  EXPECT_EQ(info->stats[0].upstream_rq_reset.Value(), 1u);
+  upstream_.Release();
+  ASSERT_TRUE(dispatcher_.RunUntil([&] { return upstream_.open_connections() == 0; }, kWaitMs));
+}
+
+TEST(WorkerClusterTest, ClusterLimitIsSharedAcrossHostsAndIdleSlotsAreReclaimed) {
+  Dispatcher dispatcher("test");
+  FakeUpstream up1, up2;
+  auto info = MakeCluster(/*max_conn=*/1, /*max_pending=*/10);
+  auto hosts = std::make_shared<HostSet>();
+  hosts->push_back(MakeHost(up1.port()));
+  hosts->push_back(MakeHost(up2.port()));
+  WorkerCluster cluster(dispatcher, 0, ClusterEntry{info, hosts});
+  // Round robin alternates hosts; only one connection may exist at a time, so each request
+  // to the other host must first close the idle connection to the previous one.
+  for (int i = 0; i < 4; ++i) {
+    TestRequest r;
+    ConnPool* pool = cluster.ChoosePool(0);
+    r.handle = pool->NewStream(r);
+    ASSERT_TRUE(dispatcher.RunUntil([&] { return r.complete; }, kWaitMs)) << i;
+    EXPECT_LE(info->resources->connections(), 1);
+  }
+  EXPECT_EQ(up1.connections(), 2);
+  EXPECT_EQ(up2.connections(), 2);
+}
+
+TEST(WorkerClusterTest, WeightedRoundRobinFollowsWeights) {
+  Dispatcher dispatcher("test");
+  auto info = MakeCluster(10, 10);
+  auto hosts = std::make_shared<HostSet>();
+  for (uint16_t port : {1001, 1002}) {
+    auto h = std::make_shared<Host>();
+    h->address = *SocketAddress::FromIpPort("127.0.0.1", port);
+    h->weight = port == 1001 ? 3 : 1;
+    hosts->push_back(h);
+  }
+  WorkerCluster cluster(dispatcher, 0, ClusterEntry{info, hosts});
+  int first = 0;
+  for (int i = 0; i < 400; ++i) {
+    if (cluster.ChoosePool(0)->host().address.port() == 1001) ++first;
+  }
+  EXPECT_EQ(first, 300);
+}
+
+TEST(WorkerClusterTest, UpdateKeepsPoolsOfHostsThatStay) {
+  Dispatcher dispatcher("test");
+  FakeUpstream up;
+  auto info = MakeCluster(10, 10);
+  auto hosts = std::make_shared<HostSet>();
+  hosts->push_back(MakeHost(up.port()));
+  WorkerCluster cluster(dispatcher, 0, ClusterEntry{info, hosts});
+  TestRequest r;
+  ConnPool* pool = cluster.ChoosePool(0);
+  r.handle = pool->NewStream(r);
+  ASSERT_TRUE(dispatcher.RunUntil([&] { return r.complete; }, kWaitMs));
+  auto more = std::make_shared<HostSet>(*hosts);
+  more->push_back(MakeHost(1));
+  cluster.Update(ClusterEntry{info, more});
+  // The same pool (and its idle connection) serves the host that stayed.
+  bool found = false;
+  for (int i = 0; i < 2; ++i) found |= cluster.ChoosePool(0) == pool;
+  EXPECT_TRUE(found);
+  EXPECT_EQ(info->resources->connections(), 1);
+}
+
+}  // namespace
+}  // namespace rpx
