@@ -61,6 +61,7 @@ ServerConnection::ServerConnection(std::unique_ptr<Connection> conn,
       ResetStream();
     }
   });
+  resume_timer_ = d.CreateTimer([this] { ProcessInput(); });
   if (config_->idle_timeout_ms) idle_timer_->Enable(config_->idle_timeout_ms);
   stats_.downstream_cx_total.Inc();
   stats_.downstream_cx_active.Inc();
@@ -334,7 +335,7 @@ void ServerConnection::EndResponse() {
   if (config_->idle_timeout_ms) idle_timer_->Enable(config_->idle_timeout_ms);
   UpdateReadDisable();
   // Pipelined requests may already be buffered.
-  if (!conn_->read_buffer().empty()) ProcessInput();
+  if (!conn_->read_buffer().empty() && !processing_) resume_timer_->Enable(0);
 }
 
 void ServerConnection::ResetStream() {
@@ -380,6 +381,7 @@ void ServerConnection::Close(bool flush) {
   idle_timer_->Disable();
   stream_timer_->Disable();
   request_timer_->Disable();
+  resume_timer_->Disable();
   if (stream_active_) {
     stream_active_ = false;
     stats_.downstream_rq_active.Dec();

@@ -71,6 +71,9 @@ class ServerConnection : public ConnectionCallbacks,
   std::unique_ptr<Timer> idle_timer_;    // connection idle, or request headers timeout
   std::unique_ptr<Timer> stream_timer_;  // stream idle timeout
   std::unique_ptr<Timer> request_timer_; // request_timeout
+  // Resumes buffered (pipelined) requests after a response, outside the upstream's callbacks, so
+  // the upstream connection that just finished is back in its pool first.
+  std::unique_ptr<Timer> resume_timer_;
   bool stream_active_ = false;
   bool request_complete_ = false;
   bool request_has_body_ = false;
