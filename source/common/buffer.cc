@@ -25,4 +25,29 @@ char* Buffer::Reserve(size_t n) {
   return data_.get() + end_;
 }
 
+void Buffer::AppendDecimal(uint64_t v) {
+  char tmp[20];
+  int n = 0;
+  do {
+    tmp[n++] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v);
+  char* p = Reserve(n);
+  for (int i = 0; i < n; ++i) p[i] = tmp[n - 1 - i];
+  Commit(n);
+}
+
+void Buffer::AppendHex(uint64_t v) {
+  static const char kHex[] = "0123456789abcdef";
+  char tmp[16];
+  int n = 0;
+  do {
+    tmp[n++] = kHex[v & 0xf];
+    v >>= 4;
+  } while (v);
+  char* p = Reserve(n);
+  for (int i = 0; i < n; ++i) p[i] = tmp[n - 1 - i];
+  Commit(n);
+}
+
 }  // namespace rpx

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <string_view>
@@ -28,6 +29,9 @@ class Buffer {
     end_ += n;
   }
   void Append(std::string_view s) { Append(s.data(), s.size()); }
+  // Appends `v` in decimal / lower-case hex (no snprintf on the request path).
+  void AppendDecimal(uint64_t v);
+  void AppendHex(uint64_t v);
 
   // Returns a pointer to at least `n` writable bytes at the back; call Commit with what was used.
   char* Reserve(size_t n);

@@ -54,8 +54,14 @@ void FileEvent::SetInterest(uint32_t interest) {
 }
 
 void Timer::Enable(uint64_t delay_ms) {
+  uint64_t deadline = dispatcher_.NowMs() + delay_ms;
+  if (enabled_ && deadline >= pos_->first) {
+    deadline_ = deadline;  // re-queued when the earlier slot fires
+    return;
+  }
   Disable();
-  pos_ = dispatcher_.timers_.emplace(dispatcher_.NowMs() + delay_ms, this);
+  deadline_ = deadline;
+  pos_ = dispatcher_.timers_.emplace(deadline, this);
   enabled_ = true;
 }
 
@@ -121,6 +127,10 @@ void Dispatcher::RunTimers() {
     if (it->first > now_ms_) break;
     Timer* t = it->second;
     timers_.erase(it);
+    if (t->deadline_ > now_ms_) {
+      t->pos_ = timers_.emplace(t->deadline_, t);  // pushed later while armed
+      continue;
+    }
     t->enabled_ = false;
     t->cb_();
   }

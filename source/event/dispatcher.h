@@ -39,6 +39,9 @@ class FileEvent {
 };
 
 // One-shot timer. Enable() re-arms it; destroying or disabling it cancels it.
+// Pushing an armed timer's deadline later (the common case: idle timeouts refreshed on every
+// request) only records the new deadline; the timer is re-queued when its old slot comes up, so
+// the hot path does no tree insert or erase.
 class Timer {
  public:
   ~Timer() { Disable(); }
@@ -52,6 +55,7 @@ class Timer {
   Dispatcher& dispatcher_;
   std::function<void()> cb_;
   bool enabled_ = false;
+  uint64_t deadline_ = 0;
   std::multimap<uint64_t, Timer*>::iterator pos_;
 };
 

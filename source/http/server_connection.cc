@@ -10,9 +10,9 @@ namespace {
 constexpr size_t kMaxPipelinedBytes = 64 * 1024;
 
 void AppendStatusLine(Buffer& out, int status, const std::string& reason) {
-  char buf[64];
-  int n = snprintf(buf, sizeof(buf), "HTTP/1.1 %d ", status);
-  out.Append(buf, n);
+  out.Append("HTTP/1.1 ", 9);
+  out.AppendDecimal(static_cast<uint64_t>(status));
+  out.Append(" ", 1);
   if (reason.empty()) {
     out.Append(ReasonPhrase(status));
   } else {
@@ -42,6 +42,7 @@ ServerConnection::ServerConnection(std::unique_ptr<Connection> conn,
   conn_->SetCallbacks(this);
   Dispatcher& d = conn_->dispatcher();
   idle_timer_ = d.CreateTimer([this] {
+    // The timer stays armed while a stream runs (cheaper than disarming it per request).
     if (stream_active_) return;
     if (parser_.in_message()) {
       stats_.downstream_cx_headers_timeout.Inc();
@@ -148,7 +149,6 @@ void ServerConnection::OnHead() {
                            requests_ >= config_->max_requests_per_connection);
   stats_.downstream_rq_total.Inc();
   stats_.downstream_rq_active.Inc();
-  idle_timer_->Disable();
   if (config_->stream_idle_timeout_ms) stream_timer_->Enable(config_->stream_idle_timeout_ms);
   if (config_->request_timeout_ms && request_has_body_) {
     request_timer_->Enable(config_->request_timeout_ms);
@@ -202,10 +202,9 @@ void ServerConnection::EncodeHeaders(ResponseHead& head, bool end_stream) {
     out.Append("\r\n", 2);
   }
   if (head.has_content_length && !(StatusHasNoBody(head.status) && head.status != 304)) {
-    char buf[48];
-    int n = snprintf(buf, sizeof(buf), "content-length: %llu\r\n",
-                     static_cast<unsigned long long>(head.content_length));
-    out.Append(buf, n);
+    out.Append("content-length: ", 16);
+    out.AppendDecimal(head.content_length);
+    out.Append("\r\n", 2);
   } else if (response_chunked_ && !response_no_body_) {
     out.Append("transfer-encoding: chunked\r\n");
   } else if (!no_body && end_stream) {
@@ -229,9 +228,8 @@ void ServerConnection::EncodeData(const char* data, size_t len, bool end_stream)
   if (!response_no_body_ && len > 0) {
     Buffer& out = conn_->write_buffer();
     if (response_chunked_) {
-      char buf[24];
-      int n = snprintf(buf, sizeof(buf), "%zx\r\n", len);
-      out.Append(buf, n);
+      out.AppendHex(len);
+      out.Append("\r\n", 2);
       out.Append(data, len);
       out.Append("\r\n", 2);
     } else {
@@ -315,8 +313,8 @@ void ServerConnection::EndStream() {
   if (!stream_active_) return;
   stream_active_ = false;
   stats_.downstream_rq_active.Dec();
-  stream_timer_->Disable();
-  request_timer_->Disable();
+  // stream_timer_ stays armed; its callback ignores a connection without a stream.
+  if (request_timer_->enabled()) request_timer_->Disable();
   if (handler_) conn_->dispatcher().DeferredDelete(std::move(handler_));
   upstream_backpressure_ = false;
 }

@@ -61,10 +61,9 @@ void UpstreamClient::StartRequest(ResponseDecoder* decoder, const RequestHead& h
   if (head.chunked) {
     out.Append("transfer-encoding: chunked\r\n");
   } else if (head.has_content_length) {
-    char buf[48];
-    int n = snprintf(buf, sizeof(buf), "content-length: %llu\r\n",
-                     static_cast<unsigned long long>(head.content_length));
-    out.Append(buf, n);
+    out.Append("content-length: ", 16);
+    out.AppendDecimal(head.content_length);
+    out.Append("\r\n", 2);
   }
   out.Append("\r\n", 2);
   conn_->ScheduleWrite();
@@ -76,9 +75,8 @@ void UpstreamClient::SendData(const char* data, size_t len, bool end_stream) {
   Buffer& out = conn_->write_buffer();
   if (request_chunked_) {
     if (len > 0) {
-      char buf[24];
-      int n = snprintf(buf, sizeof(buf), "%zx\r\n", len);
-      out.Append(buf, n);
+      out.AppendHex(len);
+      out.Append("\r\n", 2);
       out.Append(data, len);
       out.Append("\r\n", 2);
     }

@@ -61,3 +61,21 @@ TEST(BufferTest, ShrinkIfEmptyFreesLargeBuffers) {
 
 }  // namespace
 }  // namespace rpx
+
+namespace rpx {
+namespace {
+
+TEST(BufferTest, AppendDecimalAndHex) {
+  Buffer b;
+  b.AppendDecimal(0);
+  b.Append(" ");
+  b.AppendDecimal(18446744073709551615ULL);
+  b.Append(" ");
+  b.AppendHex(0);
+  b.Append(" ");
+  b.AppendHex(0x4000ab);
+  EXPECT_EQ(b.view(), "0 18446744073709551615 0 4000ab");
+}
+
+}  // namespace
+}  // namespace rpx
