@@ -54,6 +54,8 @@ class Builder {
   }
 
   void BuildCluster(const Cluster& c, const std::string& path, ServerConfig* out);
+  void BuildHosts(const envoy::config::endpoint::v3::ClusterLoadAssignment& la,
+                  const std::string& path, DnsCluster* dns, HostSet* hosts);
   // Names of clusters that were defined, even if they failed to build (no cascading errors).
   absl::flat_hash_set<std::string> defined_clusters;
   void BuildListener(const Listener& l, const std::string& path, ServerConfig* out);
@@ -84,10 +86,24 @@ void Builder::BuildCluster(const Cluster& c, const std::string& path, ServerConf
     case Cluster::STRICT_DNS:
       dns = true;
       break;
+    case Cluster::EDS: {
+      info->eds = true;
+      const auto& eds = c.eds_cluster_config();
+      info->eds_service_name = eds.service_name().empty() ? c.name() : eds.service_name();
+      if (eds.has_eds_config() &&
+          eds.eds_config().config_source_specifier_case() !=
+              envoy::config::core::v3::ConfigSource::kAds) {
+        Error(path + ".eds_cluster_config.eds_config", "only ads: {} is supported");
+      }
+      if (c.has_load_assignment()) {
+        Error(path + ".load_assignment", "an EDS cluster takes its endpoints from EDS");
+      }
+      break;
+    }
     default:
       Error(path + ".type",
             absl::StrCat("cluster type ", Cluster::DiscoveryType_Name(c.type()),
-                         " is not supported (STATIC and STRICT_DNS are)"));
+                         " is not supported (STATIC, STRICT_DNS and EDS are)"));
   }
   switch (c.lb_policy()) {
     case Cluster::ROUND_ROBIN:
@@ -148,7 +164,9 @@ void Builder::BuildCluster(const Cluster& c, const std::string& path, ServerConf
       continue;
     }
     if (opts.has_common_http_protocol_options()) apply_common(opts.common_http_protocol_options());
+    if (opts.explicit_http_config().has_http2_protocol_options()) info->http2 = true;
   }
+  if (c.has_http2_protocol_options()) info->http2 = true;
   if (info->max_response_headers_count == 0) {
     Error(path + ".common_http_protocol_options.max_headers_count", "must be positive");
   }
@@ -162,46 +180,7 @@ void Builder::BuildCluster(const Cluster& c, const std::string& path, ServerConf
     Error(path + ".load_assignment.cluster_name",
           absl::StrCat("'", la.cluster_name(), "' differs from the cluster name '", c.name(), "'"));
   }
-  for (int i = 0; i < la.endpoints_size(); ++i) {
-    const auto& loc = la.endpoints(i);
-    for (int j = 0; j < loc.lb_endpoints_size(); ++j) {
-      const auto& lbe = loc.lb_endpoints(j);
-      std::string ep = absl::StrCat(path, ".load_assignment.endpoints[", i, "].lb_endpoints[", j,
-                                    "]");
-      using HS = envoy::config::core::v3::HealthStatus;
-      HS hs = lbe.health_status();
-      if (hs == envoy::config::core::v3::UNHEALTHY || hs == envoy::config::core::v3::DRAINING ||
-          hs == envoy::config::core::v3::TIMEOUT) {
-        continue;  // as Envoy: such endpoints take no traffic
-      }
-      uint32_t weight = lbe.has_load_balancing_weight() ? lbe.load_balancing_weight().value() : 1;
-      if (weight == 0) {
-        Error(ep + ".load_balancing_weight", "must be at least 1");
-        continue;
-      }
-      const auto& addr = lbe.endpoint().address();
-      if (!addr.has_socket_address()) {
-        Error(ep + ".endpoint.address", "socket_address is required");
-        continue;
-      }
-      const auto& sa = addr.socket_address();
-      if (sa.port_value() == 0 || sa.port_value() > 65535) {
-        Error(ep + ".endpoint.address.socket_address.port_value", "must be within [1, 65535]");
-        continue;
-      }
-      if (dns) {
-        dns_cluster.targets.push_back({sa.address(), sa.port_value(), weight});
-        continue;
-      }
-      SocketAddress a;
-      if (!Address(addr, ep + ".endpoint.address", &a)) continue;
-      auto h = std::make_shared<Host>();
-      h->address = a;
-      h->hostname = lbe.endpoint().hostname();
-      h->weight = weight;
-      hosts->push_back(std::move(h));
-    }
-  }
+  BuildHosts(la, path + ".load_assignment", dns ? &dns_cluster : nullptr, hosts.get());
   if (dns && dns_cluster.targets.empty()) {
     Error(path + ".load_assignment", "a STRICT_DNS cluster needs at least one endpoint");
   }
@@ -222,9 +201,52 @@ void Builder::BuildCluster(const Cluster& c, const std::string& path, ServerConf
   out->clusters[c.name()] = ClusterEntry{std::move(info), std::move(hosts)};
 }
 
+void Builder::BuildHosts(const envoy::config::endpoint::v3::ClusterLoadAssignment& la,
+                         const std::string& path, DnsCluster* dns, HostSet* hosts) {
+  for (int i = 0; i < la.endpoints_size(); ++i) {
+    const auto& loc = la.endpoints(i);
+    for (int j = 0; j < loc.lb_endpoints_size(); ++j) {
+      const auto& lbe = loc.lb_endpoints(j);
+      std::string ep = absl::StrCat(path, ".endpoints[", i, "].lb_endpoints[", j, "]");
+      auto hs = lbe.health_status();
+      if (hs == envoy::config::core::v3::UNHEALTHY || hs == envoy::config::core::v3::DRAINING ||
+          hs == envoy::config::core::v3::TIMEOUT) {
+        continue;  // as Envoy: such endpoints take no traffic
+      }
+      uint32_t weight = lbe.has_load_balancing_weight() ? lbe.load_balancing_weight().value() : 1;
+      if (weight == 0) {
+        Error(ep + ".load_balancing_weight", "must be at least 1");
+        continue;
+      }
+      const auto& addr = lbe.endpoint().address();
+      if (!addr.has_socket_address()) {
+        Error(ep + ".endpoint.address", "socket_address is required");
+        continue;
+      }
+      const auto& sa = addr.socket_address();
+      if (sa.port_value() == 0 || sa.port_value() > 65535) {
+        Error(ep + ".endpoint.address.socket_address.port_value", "must be within [1, 65535]");
+        continue;
+      }
+      if (dns) {
+        dns->targets.push_back({sa.address(), sa.port_value(), weight});
+        continue;
+      }
+      SocketAddress a;
+      if (!Address(addr, ep + ".endpoint.address", &a)) continue;
+      auto h = std::make_shared<Host>();
+      h->address = a;
+      h->hostname = lbe.endpoint().hostname();
+      h->weight = weight;
+      hosts->push_back(std::move(h));
+    }
+  }
+}
+
 bool Builder::BuildHttp(const HttpConnectionManager& hcm, const std::string& path,
                         ListenerConfig* lc) {
   size_t errors_before = errors_->size();
+  lc->route_config_path = path;
   auto http = std::make_shared<HttpConfig>();
   http->stat_prefix = hcm.stat_prefix();
   if (hcm.stat_prefix().empty()) Error(path + ".stat_prefix", "is required");
@@ -289,12 +311,25 @@ bool Builder::BuildHttp(const HttpConnectionManager& hcm, const std::string& pat
       break;
   }
   http->buffer_limit = lc->buffer_limit;
-  if (!hcm.has_route_config()) {
-    Error(path + ".route_config", "is required (RDS is not implemented yet)");
+  if (hcm.has_rds()) {
+    const auto& rds = hcm.rds();
+    if (rds.route_config_name().empty()) {
+      Error(path + ".rds.route_config_name", "is required");
+    }
+    if (rds.config_source().config_source_specifier_case() !=
+        envoy::config::core::v3::ConfigSource::kAds) {
+      Error(path + ".rds.config_source", "only ads: {} is supported");
+    }
+    lc->rds_name = rds.route_config_name();
+    if (rds.config_source().has_initial_fetch_timeout()) {
+      lc->initial_fetch_timeout_ms = Ms(rds.config_source().initial_fetch_timeout());
+    }
+  } else if (!hcm.has_route_config()) {
+    Error(path + ".route_config", "route_config or rds is required");
   } else {
-    auto table = RouteTable::Create(hcm.route_config(), path + ".route_config");
+    auto table = RouteTable::Create(hcm.route_config(), "route_config");
     if (!table.ok()) {
-      errors_->push_back(absl::StrCat(options_.source, ": ", table.status().message()));
+      errors_->push_back(absl::StrCat(options_.source, ": ", path, ".", table.status().message()));
     } else {
       lc->routes = *table;
     }
@@ -360,6 +395,42 @@ void Builder::BuildListener(const Listener& l, const std::string& path, ServerCo
 
 }  // namespace
 
+std::shared_ptr<const ListenerConfig> BuildListener(const Listener& l, const std::string& path,
+                                                    const BuildOptions& options,
+                                                    std::vector<std::string>* errors) {
+  ServerConfig tmp;
+  Builder b(options, errors);
+  size_t before = errors->size();
+  b.BuildListener(l, path, &tmp);
+  if (errors->size() != before || tmp.listeners.empty()) return nullptr;
+  return tmp.listeners[0];
+}
+
+bool BuildCluster(const Cluster& c, const std::string& path, const BuildOptions& options,
+                  ClusterEntry* out, std::optional<DnsCluster>* dns,
+                  std::vector<std::string>* errors) {
+  ServerConfig tmp;
+  Builder b(options, errors);
+  size_t before = errors->size();
+  b.BuildCluster(c, path, &tmp);
+  if (errors->size() != before || !tmp.clusters.contains(c.name())) return false;
+  *out = tmp.clusters[c.name()];
+  if (!tmp.dns_clusters.empty()) *dns = tmp.dns_clusters[0];
+  return true;
+}
+
+std::shared_ptr<const HostSet> BuildHostSet(
+    const envoy::config::endpoint::v3::ClusterLoadAssignment& cla, const std::string& path,
+    std::vector<std::string>* errors) {
+  BuildOptions options;
+  Builder b(options, errors);
+  size_t before = errors->size();
+  auto hosts = std::make_shared<HostSet>();
+  b.BuildHosts(cla, path, nullptr, hosts.get());
+  if (errors->size() != before) return nullptr;
+  return hosts;
+}
+
 std::shared_ptr<const HostSet> ResolveDnsCluster(const DnsCluster& dns,
                                                  std::vector<std::string>* errors) {
   auto hosts = std::make_shared<HostSet>();
@@ -397,6 +468,56 @@ bool BuildServerConfig(const envoy::config::bootstrap::v3::Bootstrap& bootstrap,
       if (b.Address(admin.address(), "admin.address", &a)) out->admin_address = a;
     }
   }
+  if (bootstrap.has_dynamic_resources()) {
+    const auto& dr = bootstrap.dynamic_resources();
+    using CS = envoy::config::core::v3::ConfigSource;
+    using ACS = envoy::config::core::v3::ApiConfigSource;
+    XdsConfig& x = out->xds;
+    auto check_source = [&](const CS& cs, const std::string& path, bool* flag) {
+      if (cs.config_source_specifier_case() == CS::CONFIG_SOURCE_SPECIFIER_NOT_SET) return;
+      if (cs.config_source_specifier_case() != CS::kAds) {
+        b.Error(path, "only ads: {} is supported (with ads_config)");
+        return;
+      }
+      if (cs.resource_api_version() != envoy::config::core::v3::V3) {
+        b.Error(path + ".resource_api_version", "must be V3");
+      }
+      if (cs.has_initial_fetch_timeout()) x.initial_fetch_timeout_ms = Ms(cs.initial_fetch_timeout());
+      *flag = true;
+    };
+    check_source(dr.lds_config(), "dynamic_resources.lds_config", &x.lds);
+    check_source(dr.cds_config(), "dynamic_resources.cds_config", &x.cds);
+    if (x.lds || x.cds) {
+      const ACS& ads = dr.ads_config();
+      std::string ap = "dynamic_resources.ads_config";
+      if (!dr.has_ads_config()) {
+        b.Error(ap, "is required when lds_config or cds_config use ads");
+      } else {
+        switch (ads.api_type()) {
+          case ACS::GRPC:
+          case ACS::AGGREGATED_GRPC:
+            x.delta = false;
+            break;
+          case ACS::DELTA_GRPC:
+          case ACS::AGGREGATED_DELTA_GRPC:
+            x.delta = true;
+            break;
+          default:
+            b.Error(ap + ".api_type", "must be GRPC, DELTA_GRPC, AGGREGATED_GRPC or "
+                                      "AGGREGATED_DELTA_GRPC");
+        }
+        if (ads.transport_api_version() != envoy::config::core::v3::V3) {
+          b.Error(ap + ".transport_api_version", "must be V3");
+        }
+        if (ads.grpc_services_size() != 1 || !ads.grpc_services(0).has_envoy_grpc()) {
+          b.Error(ap + ".grpc_services", "exactly one envoy_grpc service is required");
+        } else {
+          x.cluster = ads.grpc_services(0).envoy_grpc().cluster_name();
+        }
+        x.enabled = true;
+      }
+    }
+  }
   const auto& sr = bootstrap.static_resources();
   for (int i = 0; i < sr.clusters_size(); ++i) {
     b.BuildCluster(sr.clusters(i), absl::StrCat("static_resources.clusters[", i, "]"), out);
@@ -404,22 +525,52 @@ bool BuildServerConfig(const envoy::config::bootstrap::v3::Bootstrap& bootstrap,
   for (int i = 0; i < sr.listeners_size(); ++i) {
     b.BuildListener(sr.listeners(i), absl::StrCat("static_resources.listeners[", i, "]"), out);
   }
-  // Every cluster a route names must exist (Envoy's validate_clusters for static routes).
-  for (size_t i = 0; i < out->listeners.size(); ++i) {
+  if (out->xds.enabled) {
+    auto it = out->clusters.find(out->xds.cluster);
+    if (it == out->clusters.end()) {
+      if (!b.defined_clusters.contains(out->xds.cluster)) {
+        b.Error("dynamic_resources.ads_config.grpc_services[0].envoy_grpc.cluster_name",
+                absl::StrCat("no static cluster named '", out->xds.cluster, "'"));
+      }
+    } else if (!it->second.info->http2) {
+      b.Error("dynamic_resources.ads_config",
+              absl::StrCat("cluster '", out->xds.cluster,
+                           "' must enable HTTP/2 (explicit_http_config.http2_protocol_options), "
+                           "as Envoy requires for gRPC"));
+    } else if (!it->second.hosts || it->second.hosts->empty()) {
+      b.Error("dynamic_resources.ads_config",
+              absl::StrCat("cluster '", out->xds.cluster, "' has no endpoints"));
+    }
+  }
+  for (const auto& l : out->listeners) {
+    if (!l->rds_name.empty() && !out->xds.enabled) {
+      errors->push_back(absl::StrCat(options.source, ": ", l->route_config_path,
+                                     ".rds: RDS needs dynamic_resources.ads_config"));
+    }
+  }
+  for (const auto& [name, entry] : out->clusters) {
+    if (entry.info->http2 && name != out->xds.cluster) {
+      b.Error(absl::StrCat("cluster '", name, "'"),
+              "HTTP/2 upstreams are not implemented yet (only the xDS cluster may set "
+              "http2_protocol_options)");
+    }
+  }
+  // Every cluster a route names must exist (Envoy's validate_clusters for static routes), unless
+  // clusters may also come from CDS.
+  for (size_t i = 0; i < out->listeners.size() && !out->xds.cds; ++i) {
     const auto& l = out->listeners[i];
     if (!l->routes) continue;
-    for (const auto& name : l->routes->ReferencedClusters()) {
+    for (const auto& [name, path] : l->routes->ReferencedClusters()) {
       if (!out->clusters.contains(name) && !b.defined_clusters.contains(name)) {
-        errors->push_back(absl::StrCat(options.source, ": listener '", l->name, "': route config '",
-                                       l->routes->name(), "' refers to unknown cluster '", name,
-                                       "'"));
+        errors->push_back(absl::StrCat(options.source, ": ", l->route_config_path, ".", path,
+                                       ": unknown cluster '", name, "'"));
       }
     }
   }
-  if (sr.listeners_size() == 0) {
+  if (sr.listeners_size() == 0 && !out->xds.lds) {
     errors->push_back(absl::StrCat(options.source,
                                    ": static_resources.listeners: at least one listener is "
-                                   "required"));
+                                   "required (or listeners from LDS)"));
   }
   return errors->size() == errors_before;
 }

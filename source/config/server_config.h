@@ -8,6 +8,9 @@
 #include <vector>
 
 #include "envoy/config/bootstrap/v3/bootstrap.pb.h"
+#include "envoy/config/cluster/v3/cluster.pb.h"
+#include "envoy/config/endpoint/v3/endpoint.pb.h"
+#include "envoy/config/listener/v3/listener.pb.h"
 #include "source/http/http_config.h"
 #include "source/network/address.h"
 #include "source/router/route_table.h"
@@ -21,7 +24,21 @@ struct ListenerConfig {
   uint32_t buffer_limit = 1024 * 1024;
   bool reuse_port = true;
   std::shared_ptr<const HttpConfig> http;
+  // Inline route_config, or the RDS route table once it has arrived (nullptr while warming).
   std::shared_ptr<const RouteTable> routes;
+  std::string rds_name;  // non-empty: routes come from RDS under this name
+  std::string route_config_path;  // field path of the HCM, for messages
+  uint64_t initial_fetch_timeout_ms = 15000;
+};
+
+// dynamic_resources: where the ADS stream goes and how it talks.
+struct XdsConfig {
+  bool enabled = false;
+  std::string cluster;  // static cluster named by ads_config.grpc_services[0].envoy_grpc
+  bool delta = false;   // DELTA_GRPC / AGGREGATED_DELTA_GRPC
+  bool lds = false;     // lds_config is ADS
+  bool cds = false;     // cds_config is ADS
+  uint64_t initial_fetch_timeout_ms = 15000;
 };
 
 // A STRICT_DNS cluster's names, re-resolved every refresh_ms by the main thread.
@@ -43,6 +60,7 @@ struct ServerConfig {
   ClusterMap clusters;
   std::vector<DnsCluster> dns_clusters;
   std::optional<SocketAddress> admin_address;
+  XdsConfig xds;
 };
 
 struct BuildOptions {
@@ -55,6 +73,20 @@ struct BuildOptions {
 bool BuildServerConfig(const envoy::config::bootstrap::v3::Bootstrap& bootstrap,
                        const BuildOptions& options, ServerConfig* out,
                        std::vector<std::string>* errors);
+
+// Building single resources, as xDS delivers them. Each appends its problems to `errors` (with
+// `path` naming the resource) and returns nullptr / false when there was any.
+std::shared_ptr<const ListenerConfig> BuildListener(const envoy::config::listener::v3::Listener& l,
+                                                    const std::string& path,
+                                                    const BuildOptions& options,
+                                                    std::vector<std::string>* errors);
+// For a STRICT_DNS cluster `dns` receives its targets; EDS clusters come back with no hosts.
+bool BuildCluster(const envoy::config::cluster::v3::Cluster& c, const std::string& path,
+                  const BuildOptions& options, ClusterEntry* out, std::optional<DnsCluster>* dns,
+                  std::vector<std::string>* errors);
+std::shared_ptr<const HostSet> BuildHostSet(
+    const envoy::config::endpoint::v3::ClusterLoadAssignment& cla, const std::string& path,
+    std::vector<std::string>* errors);
 
 // Resolves a STRICT_DNS cluster's targets into hosts (blocking; main thread).
 std::shared_ptr<const HostSet> ResolveDnsCluster(const DnsCluster& dns,

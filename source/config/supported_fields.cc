@@ -21,6 +21,32 @@ const std::set<std::string>& Supported() {
       "envoy.config.bootstrap.v3.Bootstrap.node",
       "envoy.config.bootstrap.v3.Bootstrap.static_resources",
       "envoy.config.bootstrap.v3.Bootstrap.admin",
+      "envoy.config.bootstrap.v3.Bootstrap.dynamic_resources",
+      "envoy.config.bootstrap.v3.Bootstrap.DynamicResources.lds_config",
+      "envoy.config.bootstrap.v3.Bootstrap.DynamicResources.cds_config",
+      "envoy.config.bootstrap.v3.Bootstrap.DynamicResources.ads_config",
+      "envoy.config.core.v3.ConfigSource.ads",
+      "envoy.config.core.v3.ConfigSource.initial_fetch_timeout",
+      "envoy.config.core.v3.ConfigSource.resource_api_version",
+      "envoy.config.core.v3.ApiConfigSource.api_type",
+      "envoy.config.core.v3.ApiConfigSource.transport_api_version",
+      "envoy.config.core.v3.ApiConfigSource.grpc_services",
+      "envoy.config.core.v3.ApiConfigSource.set_node_on_first_message_only",
+      "envoy.config.core.v3.GrpcService.envoy_grpc",
+      "envoy.config.core.v3.GrpcService.timeout",
+      "envoy.config.core.v3.GrpcService.EnvoyGrpc.cluster_name",
+      "envoy.config.core.v3.Http2ProtocolOptions.max_concurrent_streams",
+      "envoy.config.core.v3.Http2ProtocolOptions.initial_stream_window_size",
+      "envoy.config.core.v3.Http2ProtocolOptions.initial_connection_window_size",
+      "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager.rds",
+      "envoy.extensions.filters.network.http_connection_manager.v3.Rds.config_source",
+      "envoy.extensions.filters.network.http_connection_manager.v3.Rds.route_config_name",
+      "envoy.config.cluster.v3.Cluster.eds_cluster_config",
+      "envoy.config.cluster.v3.Cluster.EdsClusterConfig.eds_config",
+      "envoy.config.cluster.v3.Cluster.EdsClusterConfig.service_name",
+      "envoy.config.cluster.v3.Cluster.http2_protocol_options",
+      "envoy.extensions.upstreams.http.v3.HttpProtocolOptions.ExplicitHttpConfig."
+      "http2_protocol_options",
       "envoy.config.bootstrap.v3.Bootstrap.StaticResources.listeners",
       "envoy.config.bootstrap.v3.Bootstrap.StaticResources.clusters",
       "envoy.config.bootstrap.v3.Admin.address",
@@ -225,21 +251,9 @@ const std::set<std::string>& Supported() {
 
 // Why a well-known unsupported field is refused, where a plain "not supported" would not help.
 std::string Hint(const std::string& full) {
-  if (full == "envoy.config.bootstrap.v3.Bootstrap.dynamic_resources") {
-    return " (xDS is not implemented yet; use static_resources)";
-  }
   if (full == "envoy.config.listener.v3.FilterChain.transport_socket" ||
       full == "envoy.config.listener.v3.FilterChain.filter_chain_match") {
     return " (TLS termination is not implemented yet)";
-  }
-  if (full == "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager."
-              "rds") {
-    return " (RDS needs xDS, which is not implemented yet; use route_config)";
-  }
-  if (full == "envoy.extensions.upstreams.http.v3.HttpProtocolOptions.ExplicitHttpConfig."
-              "http2_protocol_options" ||
-      full == "envoy.config.cluster.v3.Cluster.http2_protocol_options") {
-    return " (HTTP/2 upstreams are not implemented yet)";
   }
   if (full == "envoy.config.cluster.v3.Cluster.transport_socket") {
     return " (TLS origination is not implemented yet)";

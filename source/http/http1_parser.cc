@@ -42,6 +42,11 @@ int Http1Parser::Fail(int status, const char* reason) {
   return HPE_USER;
 }
 
+int Http1Parser::HeadersTooLarge() {
+  return type_ == Type::kRequest ? Fail(431, "request headers too large")
+                                 : Fail(502, "response headers too large");
+}
+
 bool Http1Parser::AddHeaderBytes(size_t n) {
   header_bytes_ += n;
   return header_bytes_ <= limits_.max_header_bytes;
@@ -79,14 +84,14 @@ int Http1Parser::OnStatus(llhttp_t* p, const char* at, size_t len) {
 
 int Http1Parser::OnHeaderField(llhttp_t* p, const char* at, size_t len) {
   Http1Parser* self = Self(p);
-  if (!self->AddHeaderBytes(len)) return self->Fail(431, "request headers too large");
+  if (!self->AddHeaderBytes(len)) return self->HeadersTooLarge();
   self->cur_name_.append(at, len);
   return 0;
 }
 
 int Http1Parser::OnHeaderValue(llhttp_t* p, const char* at, size_t len) {
   Http1Parser* self = Self(p);
-  if (!self->AddHeaderBytes(len)) return self->Fail(431, "request headers too large");
+  if (!self->AddHeaderBytes(len)) return self->HeadersTooLarge();
   self->cur_value_.append(at, len);
   return 0;
 }
@@ -102,7 +107,8 @@ int Http1Parser::OnHeaderValueComplete(llhttp_t* p) {
   HeaderMap& headers =
       self->type_ == Type::kRequest ? self->request_.headers : self->response_.headers;
   if (headers.size() >= self->limits_.max_headers) {
-    return self->Fail(431, "too many request headers");
+    return self->type_ == Type::kRequest ? self->Fail(431, "too many request headers")
+                                         : self->Fail(502, "too many response headers");
   }
   ToLowerAscii(&self->cur_name_);
   TrimTrailingWhitespace(&self->cur_value_);

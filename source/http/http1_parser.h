@@ -63,6 +63,7 @@ class Http1Parser {
   static int OnBodyCb(llhttp_t* p, const char* at, size_t len);
   static int OnMessageCompleteCb(llhttp_t* p);
   int Fail(int status, const char* reason);
+  int HeadersTooLarge();
   bool AddHeaderBytes(size_t n);
 
   Type type_;

@@ -342,7 +342,9 @@ void ServerConnection::ResetStream() {
     stats_.downstream_rq_rx_reset.Inc();
     EndStream();
   }
-  Close(false);
+  // Deliver what was already produced, then close: the client sees a truncated response (its
+  // framing says so) rather than an empty reply it might silently retry.
+  Close(true);
 }
 
 void ServerConnection::ReadDisable(bool disable) {

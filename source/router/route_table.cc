@@ -587,6 +587,14 @@ absl::StatusOr<std::shared_ptr<const RouteTable>> RouteTable::Create(const Route
       if (!rresp.ok()) return rresp.status();
       re.request_ops = std::move(*rreq);
       re.response_ops = std::move(*rresp);
+      if (re.action == RouteEntry::Action::kCluster) {
+        t->referenced_clusters_.emplace_back(re.cluster, rp + ".route.cluster");
+      }
+      for (size_t w = 0; w < re.weighted.size(); ++w) {
+        t->referenced_clusters_.emplace_back(
+            re.weighted[w].cluster, absl::StrCat(rp, ".route.weighted_clusters.clusters[", w,
+                                                 "].name"));
+      }
       entry->routes.push_back(std::move(re));
     }
     const VirtualHostEntry* raw = entry.get();
@@ -661,17 +669,6 @@ const RouteEntry* RouteTable::Route(const RequestHead& req, const VirtualHostEnt
     if (r.Matches(req, p, query)) return &r;
   }
   return nullptr;
-}
-
-std::vector<std::string> RouteTable::ReferencedClusters() const {
-  std::vector<std::string> out;
-  for (const auto& vh : vhosts_) {
-    for (const auto& r : vh->routes) {
-      if (r.action == RouteEntry::Action::kCluster) out.push_back(r.cluster);
-      for (const auto& w : r.weighted) out.push_back(w.cluster);
-    }
-  }
-  return out;
 }
 
 }  // namespace rpx

@@ -139,8 +139,11 @@ class RouteTable {
   const VirtualHostEntry* FindVirtualHost(std::string_view host) const;
   // Returns the route for `req` (nullptr: no virtual host or no route; *vhost set if found).
   const RouteEntry* Route(const RequestHead& req, const VirtualHostEntry** vhost) const;
-  // Every cluster name any route may send to (for validation against the cluster set).
-  std::vector<std::string> ReferencedClusters() const;
+  // Every cluster name any route may send to, with the field path that names it (for validation
+  // against the cluster set).
+  const std::vector<std::pair<std::string, std::string>>& ReferencedClusters() const {
+    return referenced_clusters_;
+  }
   size_t virtual_host_count() const { return vhosts_.size(); }
   const HeaderOps& request_ops() const { return request_ops_; }
   const HeaderOps& response_ops() const { return response_ops_; }
@@ -156,6 +159,7 @@ class RouteTable {
       suffix_, prefix_;
   const VirtualHostEntry* default_ = nullptr;
   HeaderOps request_ops_, response_ops_;
+  std::vector<std::pair<std::string, std::string>> referenced_clusters_;
 };
 
 }  // namespace rpx

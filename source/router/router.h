@@ -27,18 +27,24 @@ class Router : public StreamHandlerFactory {
         routes_(std::move(routes)),
         clusters_(clusters),
         random_(random),
-        stats_(stats) {}
+        stats_(&stats) {}
 
   std::unique_ptr<StreamHandler> CreateStream(ResponseEncoder& encoder) override;
-  // New requests use `routes`; requests in flight keep the table they started with.
-  void SetRoutes(std::shared_ptr<const RouteTable> routes) { routes_ = std::move(routes); }
+  // New requests use `config`, `routes` and `stats`; requests in flight keep the route table
+  // they started with.
+  void Update(std::shared_ptr<const HttpConfig> config, std::shared_ptr<const RouteTable> routes,
+              HttpStats& stats) {
+    config_ = std::move(config);
+    routes_ = std::move(routes);
+    stats_ = &stats;
+  }
 
   Dispatcher& dispatcher() { return dispatcher_; }
   const HttpConfig& config() const { return *config_; }
   const std::shared_ptr<const RouteTable>& routes() const { return routes_; }
   WorkerClusterManager& clusters() { return clusters_; }
   Random& random() { return random_; }
-  HttpStats& stats() { return stats_; }
+  HttpStats& stats() { return *stats_; }
 
  private:
   Dispatcher& dispatcher_;
@@ -46,7 +52,7 @@ class Router : public StreamHandlerFactory {
   std::shared_ptr<const RouteTable> routes_;
   WorkerClusterManager& clusters_;
   Random& random_;
-  HttpStats& stats_;
+  HttpStats* stats_;
 };
 
 // Hop-by-hop headers (RFC 9110 7.6.1), plus those named in Connection, are removed both ways.

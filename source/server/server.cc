@@ -129,20 +129,16 @@ int RunServer(const ServerOptions& options) {
   }
 
   std::vector<std::unique_ptr<Worker>> worker_list;
+  auto clusters = std::make_shared<const ClusterMap>(config->clusters);
   for (uint32_t w = 0; w < workers; ++w) {
     worker_list.push_back(std::make_unique<Worker>(w));
+    worker_list[w]->Start(clusters);
     // Each worker gets its own socket per listener; a listener without SO_REUSEPORT has one
     // socket, served by worker 0.
-    std::vector<int> fds;
-    auto view = std::make_shared<ServerConfig>();
-    view->clusters = config->clusters;
     for (size_t i = 0; i < config->listeners.size(); ++i) {
-      if (w < per_listener[i].size()) {
-        view->listeners.push_back(config->listeners[i]);
-        fds.push_back(per_listener[i][w]);
-      }
+      int fd = w < per_listener[i].size() ? per_listener[i][w] : -1;
+      worker_list[w]->AddListener(config->listeners[i], fd);
     }
-    worker_list[w]->Start(view, fds);
   }
 
   // DNS refresh for STRICT_DNS clusters, on the main thread.

@@ -1,5 +1,7 @@
 #include "source/server/worker.h"
 
+#include <unistd.h>
+
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -17,41 +19,104 @@ Worker::Worker(uint32_t index)
 
 Worker::~Worker() { Stop(); }
 
-void Worker::Start(std::shared_ptr<const ServerConfig> config, std::vector<int> listen_fds) {
-  // Everything is built before the thread starts, so nothing here races with it.
-  clusters_.Apply(config->clusters);
-  for (size_t i = 0; i < config->listeners.size(); ++i) {
-    auto l = std::make_unique<ActiveListener>();
-    l->config = config->listeners[i];
-    HttpStats& stats = l->config->http->stats[index_ % l->config->http->stats_slots];
-    l->router = std::make_unique<Router>(dispatcher_, l->config->http, l->config->routes, clusters_,
-                                         random_, stats);
-    ActiveListener* raw = l.get();
-    l->listener = std::make_unique<Listener>(
-        dispatcher_, listen_fds[i],
-        [this, raw](int fd, const SocketAddress& peer) { OnAccept(*raw, fd, peer); });
-    listeners_.push_back(std::move(l));
-  }
+void Worker::Start(std::shared_ptr<const ClusterMap> clusters) {
+  clusters_.Apply(*clusters);
   thread_ = std::thread([this] {
     RPX_LOG(kDebug, "worker %u started", index_);
     dispatcher_.Run();
     // Tear down on this thread: connections and pools belong to it.
     listeners_.clear();
+    draining_.clear();
     clusters_.Apply(ClusterMap());
     RPX_LOG(kDebug, "worker %u stopped", index_);
   });
 }
 
+void Worker::AddListener(std::shared_ptr<const ListenerConfig> config, int fd) {
+  dispatcher_.Post([this, config, fd] { AddListenerNow(config, fd); });
+}
+
+void Worker::AddListenerNow(std::shared_ptr<const ListenerConfig> config, int fd) {
+  if (fd < 0) return;
+  auto l = std::make_unique<ActiveListener>();
+  l->config = config;
+  l->router = std::make_unique<Router>(dispatcher_, config->http, config->routes, clusters_,
+                                       random_, StatsFor(*config));
+  ActiveListener* raw = l.get();
+  l->listener = std::make_unique<Listener>(
+      dispatcher_, fd, [this, raw](int cfd, const SocketAddress& peer) { OnAccept(*raw, cfd, peer); });
+  auto it = listeners_.find(config->name);
+  if (it != listeners_.end()) {
+    // Replaced under the same name (a new address): the old one drains.
+    it->second->listener.reset();
+    for (auto& [c, sc] : it->second->connections) c->CloseWhenIdle();
+    draining_.push_back(std::move(it->second));
+    listeners_.erase(it);
+  }
+  listeners_.emplace(config->name, std::move(l));
+}
+
+void Worker::UpdateListener(std::shared_ptr<const ListenerConfig> config) {
+  dispatcher_.Post([this, config] {
+    auto it = listeners_.find(config->name);
+    if (it == listeners_.end()) return;
+    ActiveListener& l = *it->second;
+    l.config = config;
+    l.router->Update(config->http, config->routes, StatsFor(*config));
+  });
+}
+
+void Worker::RemoveListener(const std::string& name, uint64_t drain_ms) {
+  dispatcher_.Post([this, name, drain_ms] {
+    auto it = listeners_.find(name);
+    if (it == listeners_.end()) return;
+    std::unique_ptr<ActiveListener> l = std::move(it->second);
+    listeners_.erase(it);
+    l->listener.reset();  // stop accepting; the socket closes
+    for (auto& [c, sc] : l->connections) c->CloseWhenIdle();
+    ActiveListener* raw = l.get();
+    if (!l->connections.empty()) {
+      l->drain_timer = dispatcher_.CreateTimer([this, raw] { FinishDrain(raw); });
+      l->drain_timer->Enable(drain_ms);
+      draining_.push_back(std::move(l));
+    }
+  });
+}
+
+void Worker::FinishDrain(ActiveListener* l) {
+  // Connections still open after the drain time are closed.
+  std::vector<ServerConnection*> open;
+  for (auto& [c, sc] : l->connections) open.push_back(c);
+  for (auto* c : open) c->ResetStream();
+}
+
 void Worker::OnAccept(ActiveListener& l, int fd, const SocketAddress& peer) {
   auto conn = std::make_unique<Connection>(dispatcher_, fd, false, l.config->buffer_limit);
-  HttpStats& stats = l.config->http->stats[index_ % l.config->http->stats_slots];
   ActiveListener* lp = &l;
   auto sc = std::make_unique<ServerConnection>(
-      std::move(conn), l.config->http, stats, *l.router, peer, [this, lp](ServerConnection* c) {
+      std::move(conn), l.config->http, StatsFor(*l.config), *l.router, peer,
+      [this, lp](ServerConnection* c) {
         auto it = lp->connections.find(c);
         if (it == lp->connections.end()) return;
         dispatcher_.DeferredDelete(std::move(it->second));
         lp->connections.erase(it);
+        if (lp->connections.empty() && !lp->listener) {
+          // A drained listener with no connections left is freed.
+          for (size_t i = 0; i < draining_.size(); ++i) {
+            if (draining_[i].get() == lp) {
+              if (draining_[i]->drain_timer) draining_[i]->drain_timer->Disable();
+              dispatcher_.Post([this, lp] {
+                for (size_t j = 0; j < draining_.size(); ++j) {
+                  if (draining_[j].get() == lp) {
+                    draining_.erase(draining_.begin() + j);
+                    return;
+                  }
+                }
+              });
+              break;
+            }
+          }
+        }
       });
   ServerConnection* raw = sc.get();
   l.connections.emplace(raw, std::move(sc));

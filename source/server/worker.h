@@ -2,10 +2,12 @@
 // kernel balancing connections between workers via SO_REUSEPORT), the downstream connections
 // accepted on them, a Router per listener and its own view of the clusters (connection pools).
 // Nothing on the request path is shared with other workers except the cluster circuit-breaker
-// counters (atomics). The main thread talks to a worker only through Post().
+// counters (atomics). The main thread talks to a running worker only through the thread-safe
+// methods below, which post to the worker's dispatcher; each carries an immutable snapshot.
 #pragma once
 
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -25,13 +27,23 @@ class Worker {
   explicit Worker(uint32_t index);
   ~Worker();
 
-  // Starts the thread. `listen_fds[i]` is this worker's socket for `config->listeners[i]`.
-  void Start(std::shared_ptr<const ServerConfig> config, std::vector<int> listen_fds);
-  // Thread-safe: publishes a new cluster set (pools of hosts that stay are kept).
+  // Starts the thread with `clusters` and no listeners.
+  void Start(std::shared_ptr<const ClusterMap> clusters);
+  // Thread-safe. Publishes a new cluster set (pools of hosts that stay are kept).
   void UpdateClusters(std::shared_ptr<const ClusterMap> clusters);
+  // Thread-safe. Starts accepting on `fd` (owned from now on) for `config`; fd -1 means the
+  // listener exists on another worker only (no SO_REUSEPORT) and this worker skips it.
+  void AddListener(std::shared_ptr<const ListenerConfig> config, int fd);
+  // Thread-safe. New connections and requests of listener `name` use `config` (same address);
+  // requests in flight finish on the routes they started with.
+  void UpdateListener(std::shared_ptr<const ListenerConfig> config);
+  // Thread-safe. Stops accepting on listener `name` now; open connections close once idle, and
+  // those still open after `drain_ms` are closed.
+  void RemoveListener(const std::string& name, uint64_t drain_ms);
   // Thread-safe: stops accepting, closes connections and ends the thread; returns when joined.
   void Stop();
   uint32_t index() const { return index_; }
+  Dispatcher& dispatcher() { return dispatcher_; }
 
  private:
   struct ActiveListener {
@@ -39,14 +51,21 @@ class Worker {
     std::unique_ptr<Listener> listener;
     std::unique_ptr<Router> router;
     absl::flat_hash_map<ServerConnection*, std::unique_ptr<ServerConnection>> connections;
+    std::unique_ptr<Timer> drain_timer;
   };
+  void AddListenerNow(std::shared_ptr<const ListenerConfig> config, int fd);
   void OnAccept(ActiveListener& l, int fd, const SocketAddress& peer);
+  void FinishDrain(ActiveListener* l);
+  HttpStats& StatsFor(const ListenerConfig& c) {
+    return c.http->stats[index_ % c.http->stats_slots];
+  }
 
   uint32_t index_;
   Dispatcher dispatcher_;
   Random random_;
   WorkerClusterManager clusters_;
-  std::vector<std::unique_ptr<ActiveListener>> listeners_;
+  absl::flat_hash_map<std::string, std::unique_ptr<ActiveListener>> listeners_;
+  std::vector<std::unique_ptr<ActiveListener>> draining_;
   std::thread thread_;
 };
 

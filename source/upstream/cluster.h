@@ -6,7 +6,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -40,6 +43,24 @@ class ClusterResources {
   // that would park a connection idle closes it instead, so the slot moves where it is needed.
   std::atomic<int32_t> starved_workers{0};
 
+  // Each worker registers how to ask it (from any thread) to close one idle connection of this
+  // cluster. A starved worker calls RequestReclaim, which asks all the others. Only used when the
+  // cluster is at its connection limit, so the mutex is off the normal request path.
+  void SetReclaimer(uint32_t worker, std::function<void()> fn) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (fn) {
+      reclaimers_[worker] = std::move(fn);
+    } else {
+      reclaimers_.erase(worker);
+    }
+  }
+  void RequestReclaim(uint32_t from_worker) {
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto& [w, fn] : reclaimers_) {
+      if (w != from_worker) fn();
+    }
+  }
+
  private:
   static bool TryAcquire(std::atomic<int64_t>& v, uint32_t max) {
     int64_t cur = v.load(std::memory_order_relaxed);
@@ -50,6 +71,8 @@ class ClusterResources {
   }
   const uint32_t max_connections_, max_pending_, max_requests_;
   std::atomic<int64_t> connections_{0}, pending_{0}, requests_{0};
+  std::mutex mu_;
+  std::map<uint32_t, std::function<void()>> reclaimers_;
 };
 
 struct alignas(64) ClusterStats {
@@ -75,6 +98,9 @@ enum class LbPolicy { kRoundRobin, kLeastRequest, kRandom };
 
 struct ClusterInfo {
   std::string name;
+  bool eds = false;              // hosts come from EDS
+  std::string eds_service_name;  // the ClusterLoadAssignment name to ask for
+  bool http2 = false;            // configured for HTTP/2 (only the xDS cluster may be)
   LbPolicy lb_policy = LbPolicy::kRoundRobin;
   uint64_t connect_timeout_ms = 5000;
   uint64_t idle_timeout_ms = 3600 * 1000;  // 0: never

@@ -317,8 +317,10 @@ bool ConnPool::TryCreateConnection() {
     if (!got) {
       stats_.upstream_cx_overflow.Inc();  // counted each time a connection could not be opened
       if (busy_.empty() && connecting_.empty()) {
-        // Nothing here will free up: look again soon, and ask other workers to give slots back.
+        // Nothing here will free up: ask the other workers to give an idle slot back, and look
+        // again soon.
         SetStarved(true);
+        if (starved_cb_) starved_cb_();
         retry_timer_->Enable(kStarvedRetryMs);
       }
       return false;

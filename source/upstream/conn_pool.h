@@ -120,8 +120,12 @@ class ConnPool {
   const ClusterInfo& cluster() const { return *cluster_; }
   ClusterStats& stats() { return stats_; }
   Dispatcher& dispatcher() { return dispatcher_; }
-  // Set by the worker's cluster so a pool short of slots can take an idle one from a sibling.
-  void set_reclaim(std::function<bool(ConnPool*)> fn) { reclaim_ = std::move(fn); }
+  // Set by the worker's cluster so a pool short of slots can take an idle one from a sibling
+  // (`reclaim`) and, failing that, ask the other workers to give one back (`starved`).
+  void set_reclaim(std::function<bool(ConnPool*)> reclaim, std::function<void()> starved) {
+    reclaim_ = std::move(reclaim);
+    starved_cb_ = std::move(starved);
+  }
 
  private:
   friend class UpstreamClient;
@@ -142,6 +146,7 @@ class ConnPool {
   std::list<std::unique_ptr<Pending>> pending_;
   std::unique_ptr<Timer> retry_timer_;
   std::function<bool(ConnPool*)> reclaim_;
+  std::function<void()> starved_cb_;
   bool starved_ = false;
   bool draining_ = false;
   int deferred_connect_errors_ = 0;  // connect() failed at once; failed from the retry timer

@@ -10,10 +10,23 @@ WorkerCluster::WorkerCluster(Dispatcher& dispatcher, uint32_t worker_index,
   Update(entry);
 }
 
-WorkerCluster::~WorkerCluster() = default;
+WorkerCluster::~WorkerCluster() {
+  if (info_) info_->resources->SetReclaimer(worker_index_, nullptr);
+}
 
 void WorkerCluster::Update(const ClusterEntry& entry) {
   bool settings_changed = info_ != entry.info;
+  if (settings_changed) {
+    if (info_) info_->resources->SetReclaimer(worker_index_, nullptr);
+    // Other workers, starved by the shared connection limit, ask us to close an idle connection.
+    Dispatcher* d = &dispatcher_;
+    std::weak_ptr<bool> alive = alive_;
+    entry.info->resources->SetReclaimer(worker_index_, [d, alive, this] {
+      d->Post([alive, this] {
+        if (alive.lock()) ReclaimIdle(nullptr);
+      });
+    });
+  }
   info_ = entry.info;
   hosts_ = entry.hosts;
   stats_ = &info_->stats[worker_index_ % info_->stats_slots];
@@ -29,7 +42,10 @@ void WorkerCluster::Update(const ClusterEntry& entry) {
       }
     }
     if (!hp.pool) hp.pool = std::make_unique<ConnPool>(dispatcher_, info_, host, *stats_);
-    hp.pool->set_reclaim([this](ConnPool* p) { return ReclaimIdle(p); });
+    auto resources = info_->resources;
+    uint32_t worker = worker_index_;
+    hp.pool->set_reclaim([this](ConnPool* p) { return ReclaimIdle(p); },
+                         [resources, worker] { resources->RequestReclaim(worker); });
     next.push_back(std::move(hp));
   }
   for (auto& old : pools_) {

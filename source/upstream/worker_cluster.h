@@ -55,6 +55,8 @@ class WorkerCluster {
   std::vector<std::unique_ptr<ConnPool>> draining_;
   std::vector<uint32_t> schedule_;  // weighted round-robin order (indexes into pools_)
   size_t rr_next_ = 0;
+  // Lets callbacks posted from other workers check that this object still exists.
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 
 class WorkerClusterManager {

@@ -112,7 +112,9 @@ TEST(ServerConfigTest, BuildsEverySetting) {
 
 TEST(ServerConfigTest, UnknownClusterInRoute) {
   std::string e = OnlyError(Replace(kGood, "route: {cluster: web}", "route: {cluster: nope}"));
-  EXPECT_THAT(e, HasSubstr("refers to unknown cluster 'nope'"));
+  EXPECT_THAT(e, HasSubstr("t.yaml: static_resources.listeners[0].filter_chains[0].filters[0]."
+                           "typed_config.route_config.virtual_hosts[0].routes[0].route.cluster: "
+                           "unknown cluster 'nope'"));
 }
 
 TEST(ServerConfigTest, DuplicateClusterName) {
@@ -128,10 +130,10 @@ TEST(ServerConfigTest, DuplicateClusterName) {
 TEST(ServerConfigTest, UnsupportedClusterTypeAndLbPolicy) {
   ServerConfig c;
   std::vector<std::string> errors;
-  std::string yaml = Replace(kGood, "lb_policy: RANDOM", "lb_policy: MAGLEV\n    type: EDS");
+  std::string yaml = Replace(kGood, "lb_policy: RANDOM", "lb_policy: MAGLEV\n    type: LOGICAL_DNS");
   EXPECT_FALSE(Build(yaml, &c, &errors));
   ASSERT_EQ(errors.size(), 2u);
-  EXPECT_THAT(errors[0], HasSubstr("static_resources.clusters[0].type: cluster type EDS"));
+  EXPECT_THAT(errors[0], HasSubstr("static_resources.clusters[0].type: cluster type LOGICAL_DNS"));
   EXPECT_THAT(errors[1], HasSubstr("static_resources.clusters[0].lb_policy: lb_policy MAGLEV"));
 }
 
@@ -150,12 +152,18 @@ TEST(ServerConfigTest, UnsupportedFieldsAreErrorsNotIgnored) {
   std::vector<std::string> errors;
   EXPECT_FALSE(Build(rds_only, &c, &errors));
   ASSERT_EQ(errors.size(), 1u);
-  e = errors[0];
-  EXPECT_THAT(e, HasSubstr("typed_config.rds: field 'rds'"));
-  EXPECT_THAT(e, HasSubstr("not supported"));
-  e = OnlyError(Replace(kGood, "static_resources:", "dynamic_resources: {}\nstatic_resources:"));
-  EXPECT_THAT(e, HasSubstr("dynamic_resources"));
-  EXPECT_THAT(e, HasSubstr("xDS"));
+  EXPECT_THAT(errors[0], HasSubstr("typed_config.rds.config_source: only ads: {} is supported"));
+  errors.clear();
+  std::string rds_ads = rds_only;
+  rds_ads.replace(rds_ads.find("rds: {route_config_name: r}"), 27,
+                  "rds: {route_config_name: r, config_source: {ads: {}}}");
+  ServerConfig c2;
+  EXPECT_FALSE(Build(rds_ads, &c2, &errors));
+  ASSERT_EQ(errors.size(), 1u) << ::testing::PrintToString(errors);
+  EXPECT_THAT(errors[0], HasSubstr("needs dynamic_resources.ads_config"));
+  e = OnlyError(Replace(kGood, "    - filters:\n", "    - transport_socket: {name: tls}\n      filters:\n"));
+  EXPECT_THAT(e, HasSubstr("filter_chains[0].transport_socket"));
+  EXPECT_THAT(e, HasSubstr("TLS"));
 }
 
 TEST(ServerConfigTest, OnlyTheRouterHttpFilter) {
@@ -176,6 +184,71 @@ TEST(ServerConfigTest, BadAddressAndPort) {
 TEST(ServerConfigTest, HeadersKbLimit) {
   std::string e = OnlyError(Replace(kGood, "max_request_headers_kb: 30", "max_request_headers_kb: 9000"));
   EXPECT_THAT(e, HasSubstr("max_request_headers_kb: must be within [1, 8192]"));
+}
+
+TEST(ServerConfigTest, AdsNeedsAnHttp2StaticCluster) {
+  std::string yaml = Replace(kGood, "static_resources:", R"(dynamic_resources:
+  lds_config: {ads: {}, resource_api_version: V3}
+  cds_config: {ads: {}, resource_api_version: V3}
+  ads_config:
+    api_type: DELTA_GRPC
+    transport_api_version: V3
+    grpc_services: [{envoy_grpc: {cluster_name: web}}]
+static_resources:)");
+  std::string e = OnlyError(yaml);
+  EXPECT_THAT(e, HasSubstr("cluster 'web' must enable HTTP/2"));
+  yaml = Replace(yaml, "explicit_http_config: {http_protocol_options: {}}",
+                 "explicit_http_config: {http2_protocol_options: {}}");
+  ServerConfig c;
+  std::vector<std::string> errors;
+  ASSERT_TRUE(Build(yaml, &c, &errors)) << ::testing::PrintToString(errors);
+  EXPECT_TRUE(c.xds.enabled);
+  EXPECT_TRUE(c.xds.delta);
+  EXPECT_TRUE(c.xds.lds && c.xds.cds);
+  EXPECT_EQ(c.xds.cluster, "web");
+}
+
+TEST(ServerConfigTest, Http2OnlyForTheXdsCluster) {
+  std::string e = OnlyError(Replace(kGood, "explicit_http_config: {http_protocol_options: {}}",
+                                    "explicit_http_config: {http2_protocol_options: {}}"));
+  EXPECT_THAT(e, HasSubstr("HTTP/2 upstreams are not implemented yet"));
+}
+
+TEST(ServerConfigTest, RdsListenerAndEdsCluster) {
+  envoy::config::listener::v3::Listener l;
+  std::vector<std::string> errors;
+  ASSERT_TRUE(LoadYamlIntoMessage(R"(
+name: dyn
+address: {socket_address: {address: 127.0.0.1, port_value: 10000}}
+filter_chains:
+- filters:
+  - name: hcm
+    typed_config:
+      "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+      stat_prefix: dyn
+      rds: {config_source: {ads: {}, resource_api_version: V3}, route_config_name: r1}
+      http_filters: [{name: envoy.filters.http.router}]
+)",
+                                  "lds", &l, &errors));
+  BuildOptions o;
+  auto lc = BuildListener(l, "Listener 'dyn'", o, &errors);
+  ASSERT_TRUE(lc) << ::testing::PrintToString(errors);
+  EXPECT_EQ(lc->rds_name, "r1");
+  EXPECT_EQ(lc->routes, nullptr);
+
+  envoy::config::cluster::v3::Cluster c;
+  ASSERT_TRUE(LoadYamlIntoMessage(R"(
+name: svc
+type: EDS
+eds_cluster_config: {eds_config: {ads: {}, resource_api_version: V3}, service_name: svc-eds}
+)",
+                                  "cds", &c, &errors));
+  ClusterEntry entry;
+  std::optional<DnsCluster> dns;
+  ASSERT_TRUE(BuildCluster(c, "Cluster 'svc'", o, &entry, &dns, &errors));
+  EXPECT_TRUE(entry.info->eds);
+  EXPECT_EQ(entry.info->eds_service_name, "svc-eds");
+  EXPECT_TRUE(entry.hosts->empty());
 }
 
 TEST(ServerConfigTest, NoListeners) {

@@ -254,8 +254,10 @@ virtual_hosts:
   }
   EXPECT_EQ(a, 100);
   EXPECT_EQ(b, 300);
-  auto clusters = t->ReferencedClusters();
-  EXPECT_EQ(clusters, (std::vector<std::string>{"a", "b"}));
+  const auto& clusters = t->ReferencedClusters();
+  ASSERT_EQ(clusters.size(), 2u);
+  EXPECT_EQ(clusters[0].first, "a");
+  EXPECT_EQ(clusters[1].second, "route_config.virtual_hosts[0].routes[0].route.weighted_clusters.clusters[1].name");
 }
 
 TEST(RouteTableTest, WeightedClustersTotalWeightMustAgree) {

@@ -1,0 +1,130 @@
+// XdsClient: one ADS stream to a control plane, state of the world or delta, as Envoy speaks it.
+//
+// Threads: a stream thread owns the gRPC stream and blocks in Read(); everything it receives is
+// posted to the main dispatcher, where all protocol state lives and where the Applier runs.
+// Requests are written from the main thread under a mutex (gRPC allows one reader and one writer
+// at a time). When the stream breaks, the client keeps the resources it has (the server keeps
+// serving them) and reconnects with jittered exponential backoff (500 ms doubling to 30 s, back
+// to 500 ms once a response arrives), then resubscribes (delta: with initial_resource_versions).
+//
+// For each type the Applier sees a complete candidate state (name -> resource): for Listener and
+// Cluster in SotW exactly what the response holds; for RouteConfiguration and
+// ClusterLoadAssignment the current ones updated by the response (SotW never deletes them by
+// absence); in delta the current ones plus changes minus removals. It returns "" to ACK or an error
+// to NACK, in which case the client keeps the previous state for that type.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "envoy/config/core/v3/base.pb.h"
+#include "envoy/service/discovery/v3/ads.grpc.pb.h"
+#include "google/protobuf/any.pb.h"
+#include "source/event/dispatcher.h"
+
+namespace rpx {
+
+constexpr char kListenerType[] = "type.googleapis.com/envoy.config.listener.v3.Listener";
+constexpr char kRouteType[] = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
+constexpr char kClusterType[] = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+constexpr char kEndpointType[] =
+    "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
+
+struct XdsResource {
+  std::string version;
+  google::protobuf::Any resource;
+};
+using XdsResourceMap = std::map<std::string, XdsResource>;
+
+class XdsApplier {
+ public:
+  virtual ~XdsApplier() = default;
+  // Main thread. `version` is the response's version (system_version_info for delta).
+  virtual std::string Apply(const std::string& type_url, const XdsResourceMap& resources,
+                            const std::string& version) = 0;
+  // The stream connected (true) or broke (false). Informational.
+  virtual void OnStreamState(bool connected) {}
+};
+
+struct XdsClientOptions {
+  std::string target;  // gRPC target, e.g. "ipv4:127.0.0.1:18000"
+  bool delta = false;
+  envoy::config::core::v3::Node node;
+};
+
+class XdsClient {
+ public:
+  XdsClient(Dispatcher& main, XdsClientOptions options, XdsApplier& applier);
+  ~XdsClient();
+  // Subscribes to Listener and Cluster (wildcard) and starts the stream.
+  void Start(bool lds, bool cds);
+  void Stop();
+  // Main thread. Sets the names wanted for RouteConfiguration or ClusterLoadAssignment; resources
+  // no longer named are dropped (their state is forgotten).
+  void SetNames(const std::string& type_url, const std::set<std::string>& names);
+
+  // Introspection for /config_dump and tests (main thread).
+  struct TypeStatus {
+    std::string version;
+    std::string last_nack;
+    uint64_t updates = 0, nacks = 0;
+  };
+  const std::map<std::string, TypeStatus>& status() const { return status_; }
+  bool connected() const { return connected_; }
+  uint64_t reconnects() const { return reconnects_; }
+
+ private:
+  struct TypeState {
+    bool subscribed = false;
+    bool wildcard = false;
+    std::set<std::string> names;
+    std::string version;  // last accepted (SotW)
+    std::string nonce;    // last received
+    XdsResourceMap resources;
+    std::set<std::string> sent_names;  // delta: names the server knows we want
+  };
+  void StreamLoop();
+  void OnConnected(uint64_t generation);
+  void OnDisconnected(uint64_t generation);
+  void OnSotwResponse(uint64_t generation,
+                      std::shared_ptr<envoy::service::discovery::v3::DiscoveryResponse> r);
+  void OnDeltaResponse(uint64_t generation,
+                       std::shared_ptr<envoy::service::discovery::v3::DeltaDiscoveryResponse> r);
+  void SendRequest(const std::string& type_url, const std::string& error);
+  void Finish(const std::string& type_url, const std::string& version, const std::string& nonce,
+              const XdsResourceMap& candidate, const std::string& error, TypeState& st);
+  void Write(const envoy::service::discovery::v3::DiscoveryRequest& r);
+  void WriteDelta(const envoy::service::discovery::v3::DeltaDiscoveryRequest& r);
+
+  Dispatcher& main_;
+  XdsClientOptions options_;
+  XdsApplier& applier_;
+  std::map<std::string, TypeState> types_;  // main thread
+  std::map<std::string, TypeStatus> status_;
+  bool connected_ = false;
+  uint64_t reconnects_ = 0;
+  uint64_t generation_ = 0;  // main thread's view of the live stream
+
+  // Shared with the stream thread.
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::shared_ptr<grpc::ClientContext> context_;
+  std::unique_ptr<grpc::ClientReaderWriter<envoy::service::discovery::v3::DiscoveryRequest,
+                                           envoy::service::discovery::v3::DiscoveryResponse>>
+      sotw_;
+  std::unique_ptr<
+      grpc::ClientReaderWriter<envoy::service::discovery::v3::DeltaDiscoveryRequest,
+                               envoy::service::discovery::v3::DeltaDiscoveryResponse>>
+      delta_;
+  uint64_t stream_generation_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace rpx

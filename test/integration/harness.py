@@ -1,0 +1,1221 @@
+"""Shared helpers for the rpx integration tests.
+
+Everything here is Python 3 standard library. The tests start the real rpx binary on 127.0.0.1 with
+generated Envoy v3 bootstrap files, real upstream servers (threads in this process) and the real
+`curl` client.
+
+Where things come from (set by integration_test.sh under Bazel, or by hand):
+  RPX_BIN                 the rpx binary (default: <repo>/bazel-bin/source/exe/rpx)
+  RPX_QUICKSTART_CONFIG   configs/quickstart.yaml (default: <repo>/configs/quickstart.yaml)
+  RPX_TEST_KEEP_TMP=1     keep the temporary directories (configs, rpx logs) for debugging
+"""
+
+import hashlib
+import http.client
+import http.server
+import json
+import os
+import re
+import select
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import tempfile
+import threading
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO_ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+
+# Time limits (seconds).
+READY_TIMEOUT = 10.0
+STOP_TIMEOUT = 5.0
+CURL_TIMEOUT = 30.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Locations
+# ---------------------------------------------------------------------------------------------
+
+def _runfiles_candidates(rel):
+    out = []
+    for var in ("TEST_SRCDIR", "RUNFILES_DIR"):
+        base = os.environ.get(var)
+        if base:
+            for ws in ("rpx", "_main", "__main__"):
+                out.append(os.path.join(base, ws, rel))
+    return out
+
+
+def rpx_bin():
+    """Path of the rpx binary under test."""
+    env = os.environ.get("RPX_BIN")
+    if env:
+        if not os.access(env, os.X_OK):
+            raise RuntimeError("RPX_BIN=%s is not an executable file" % env)
+        return env
+    for c in _runfiles_candidates("source/exe/rpx") + [
+            os.path.join(REPO_ROOT, "bazel-bin", "source", "exe", "rpx")]:
+        if os.access(c, os.X_OK):
+            return c
+    raise RuntimeError("cannot find the rpx binary: set RPX_BIN")
+
+
+def quickstart_config():
+    """Path of configs/quickstart.yaml."""
+    env = os.environ.get("RPX_QUICKSTART_CONFIG")
+    if env:
+        return env
+    for c in _runfiles_candidates("configs/quickstart.yaml") + [
+            os.path.join(REPO_ROOT, "configs", "quickstart.yaml")]:
+        if os.path.isfile(c):
+            return c
+    raise RuntimeError("cannot find configs/quickstart.yaml: set RPX_QUICKSTART_CONFIG")
+
+
+def make_tmpdir(prefix="rpx-it-"):
+    return tempfile.mkdtemp(prefix=prefix, dir=os.environ.get("TEST_TMPDIR") or None)
+
+
+def remove_tmpdir(path):
+    if path and os.environ.get("RPX_TEST_KEEP_TMP") != "1":
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+    finally:
+        s.close()
+
+
+def port_is_listening(port, timeout=0.5):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    try:
+        s.connect(("127.0.0.1", port))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+def det_bytes(n):
+    """n deterministic bytes (what the EchoUpstream's /bytes/N, /chunked/N and /eof/N send)."""
+    pattern = bytes((i * 7 + 3) % 251 for i in range(251))
+    reps = n // len(pattern) + 1
+    return (pattern * reps)[:n]
+
+
+def sha256(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def wait_until(predicate, timeout=5.0, interval=0.02, what="condition"):
+    """Polls predicate() until it returns a true value; returns that value or raises."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = predicate()
+        if v:
+            return v
+        if time.monotonic() >= deadline:
+            raise AssertionError("timed out after %.1fs waiting for %s" % (timeout, what))
+        time.sleep(interval)
+
+
+# ---------------------------------------------------------------------------------------------
+# Bootstrap YAML
+# ---------------------------------------------------------------------------------------------
+
+_PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
+
+
+def _yaml_scalar(v):
+    if v is True:
+        return "true"
+    if v is False:
+        return "false"
+    if v is None:
+        return "null"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)  # a JSON string is a valid YAML double-quoted scalar
+    raise TypeError("cannot render %r as YAML" % (v,))
+
+
+def _yaml_key(k):
+    return k if _PLAIN_KEY.match(k) else json.dumps(k)
+
+
+def _yaml_lines(obj, indent):
+    pad = " " * indent
+    lines = []
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if isinstance(v, (dict, list)) and v:
+                lines.append("%s%s:" % (pad, _yaml_key(k)))
+                lines.extend(_yaml_lines(v, indent + 2))
+            elif isinstance(v, dict):
+                lines.append("%s%s: {}" % (pad, _yaml_key(k)))
+            elif isinstance(v, list):
+                lines.append("%s%s: []" % (pad, _yaml_key(k)))
+            else:
+                lines.append("%s%s: %s" % (pad, _yaml_key(k), _yaml_scalar(v)))
+    elif isinstance(obj, list):
+        for item in obj:
+            if isinstance(item, (dict, list)) and item:
+                sub = _yaml_lines(item, indent + 2)
+                sub[0] = pad + "- " + sub[0][indent + 2:]
+                lines.extend(sub)
+            elif isinstance(item, dict):
+                lines.append(pad + "- {}")
+            elif isinstance(item, list):
+                lines.append(pad + "- []")
+            else:
+                lines.append(pad + "- " + _yaml_scalar(item))
+    else:
+        lines.append(pad + _yaml_scalar(obj))
+    return lines
+
+
+def to_yaml(obj):
+    """Renders dicts/lists/scalars as block-style YAML text."""
+    return "\n".join(_yaml_lines(obj, 0)) + "\n"
+
+
+HCM_TYPE = ("type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3."
+            "HttpConnectionManager")
+ROUTER_TYPE = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
+UPSTREAM_HTTP_OPTIONS = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+
+
+def socket_address(port, address="127.0.0.1"):
+    return {"socket_address": {"address": address, "port_value": port}}
+
+
+def route(prefix=None, cluster=None, path=None, timeout=None, prefix_rewrite=None,
+          host_rewrite_literal=None, direct_response=None, headers=None):
+    """One route. Give `cluster` (optionally timeout/rewrites) or `direct_response=(status, body)`."""
+    match = {}
+    if path is not None:
+        match["path"] = path
+    else:
+        match["prefix"] = "/" if prefix is None else prefix
+    if headers:
+        match["headers"] = headers
+    r = {"match": match}
+    if direct_response is not None:
+        status, body = direct_response
+        r["direct_response"] = {"status": status, "body": {"inline_string": body}}
+        return r
+    action = {"cluster": cluster}
+    if timeout is not None:
+        action["timeout"] = timeout
+    if prefix_rewrite is not None:
+        action["prefix_rewrite"] = prefix_rewrite
+    if host_rewrite_literal is not None:
+        action["host_rewrite_literal"] = host_rewrite_literal
+    r["route"] = action
+    return r
+
+
+def virtual_host(name, domains, routes):
+    return {"name": name, "domains": list(domains), "routes": list(routes)}
+
+
+def http_listener(name, port, virtual_hosts, stat_prefix=None, hcm_extra=None,
+                  listener_extra=None):
+    hcm = {
+        "@type": HCM_TYPE,
+        "stat_prefix": stat_prefix or name,
+        "route_config": {"name": name + "_routes", "virtual_hosts": list(virtual_hosts)},
+        "http_filters": [{"name": "envoy.filters.http.router",
+                          "typed_config": {"@type": ROUTER_TYPE}}],
+    }
+    if hcm_extra:
+        hcm.update(hcm_extra)
+    listener = {
+        "name": name,
+        "address": socket_address(port),
+        "filter_chains": [{"filters": [{
+            "name": "envoy.filters.network.http_connection_manager",
+            "typed_config": hcm,
+        }]}],
+    }
+    if listener_extra:
+        listener.update(listener_extra)
+    return listener
+
+
+def cluster(name, ports, connect_timeout="1s", max_connections=None, max_pending_requests=None,
+            max_requests=None, idle_timeout=None, max_requests_per_connection=None,
+            lb_policy=None, extra=None):
+    """A STATIC cluster of 127.0.0.1 endpoints (`ports`: an int or a list of ints)."""
+    if isinstance(ports, int):
+        ports = [ports]
+    c = {
+        "name": name,
+        "type": "STATIC",
+        "connect_timeout": connect_timeout,
+    }
+    if lb_policy:
+        c["lb_policy"] = lb_policy
+    thresholds = {}
+    if max_connections is not None:
+        thresholds["max_connections"] = max_connections
+    if max_pending_requests is not None:
+        thresholds["max_pending_requests"] = max_pending_requests
+    if max_requests is not None:
+        thresholds["max_requests"] = max_requests
+    if thresholds:
+        c["circuit_breakers"] = {"thresholds": [thresholds]}
+    common = {}
+    if idle_timeout is not None:
+        common["idle_timeout"] = idle_timeout
+    if max_requests_per_connection is not None:
+        common["max_requests_per_connection"] = max_requests_per_connection
+    opts = {"@type": "type.googleapis.com/" + UPSTREAM_HTTP_OPTIONS,
+            "explicit_http_config": {"http_protocol_options": {}}}
+    if common:
+        opts["common_http_protocol_options"] = common
+    c["typed_extension_protocol_options"] = {UPSTREAM_HTTP_OPTIONS: opts}
+    c["load_assignment"] = {
+        "cluster_name": name,
+        "endpoints": [{"lb_endpoints": [{"endpoint": {"address": socket_address(p)}}
+                                        for p in ports]}],
+    }
+    if extra:
+        c.update(extra)
+    return c
+
+
+def bootstrap(listeners, clusters, admin_port=None):
+    """A bootstrap dict; the admin listener gets `admin_port` (a free port if None)."""
+    return {
+        "admin": {"address": socket_address(admin_port or free_port())},
+        "static_resources": {"listeners": list(listeners), "clusters": list(clusters)},
+    }
+
+
+def listener_yaml(*args, **kwargs):
+    return to_yaml(http_listener(*args, **kwargs))
+
+
+def cluster_yaml(*args, **kwargs):
+    return to_yaml(cluster(*args, **kwargs))
+
+
+# ---------------------------------------------------------------------------------------------
+# rpx process
+# ---------------------------------------------------------------------------------------------
+
+def _pdeathsig_prefix():
+    # rpx dies with this process even if the test runner is killed (setpriv is util-linux).
+    setpriv = shutil.which("setpriv")
+    if setpriv:
+        try:
+            r = subprocess.run([setpriv, "--pdeathsig", "KILL", "true"], capture_output=True,
+                               timeout=5)
+            if r.returncode == 0:
+                return [setpriv, "--pdeathsig", "KILL"]
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return []
+
+
+_PREFIX = None
+
+
+def run_rpx(args, timeout=15.0):
+    """Runs rpx to completion (e.g. --mode validate). Returns CompletedProcess (text)."""
+    return subprocess.run([rpx_bin()] + list(args), capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+class RpxError(Exception):
+    pass
+
+
+class Rpx(object):
+    """Runs the real rpx binary on a bootstrap (a dict from bootstrap() or YAML text).
+
+        with Rpx(bootstrap(...)) as proxy:
+            proxy.stats()["cluster.x.upstream_cx_total"]
+    """
+
+    def __init__(self, config, admin_port=None, concurrency=2, log_level="warn", extra_args=()):
+        if isinstance(config, dict):
+            self.yaml = to_yaml(config)
+            if admin_port is None:
+                admin_port = config["admin"]["address"]["socket_address"]["port_value"]
+        else:
+            self.yaml = config
+        if admin_port is None:
+            raise ValueError("admin_port is required with a YAML text config")
+        self.admin_port = admin_port
+        self.concurrency = concurrency
+        self.log_level = log_level
+        self.extra_args = list(extra_args)
+        self.dir = None
+        self.proc = None
+        self.returncode = None
+        self.exited_early = False  # rpx exited on its own before stop()
+        self.stop_method = None
+
+    # -- lifecycle
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.cleanup()
+        return False
+
+    def start(self):
+        global _PREFIX
+        if _PREFIX is None:
+            _PREFIX = _pdeathsig_prefix()
+        self.dir = make_tmpdir("rpx-it-proxy-")
+        self.config_path = os.path.join(self.dir, "bootstrap.yaml")
+        with open(self.config_path, "w") as f:
+            f.write(self.yaml)
+        self._stdout = open(os.path.join(self.dir, "stdout.log"), "wb")
+        self._stderr = open(os.path.join(self.dir, "stderr.log"), "wb")
+        cmd = _PREFIX + [rpx_bin(), "-c", self.config_path, "--concurrency",
+                         str(self.concurrency), "-l", self.log_level] + self.extra_args
+        self.proc = subprocess.Popen(cmd, stdout=self._stdout, stderr=self._stderr,
+                                     stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + READY_TIMEOUT
+        while True:
+            if self.proc.poll() is not None:
+                rc = self.proc.returncode
+                self._close_logs()
+                raise RpxError("rpx exited with %s during startup; stderr:\n%s" %
+                               (rc, self.stderr_text()))
+            try:
+                status, body = self.admin("GET", "/ready", timeout=0.5)
+                if status == 200 and body.strip() == b"LIVE":
+                    return self
+            except OSError:
+                pass
+            if time.monotonic() >= deadline:
+                self._kill()
+                raise RpxError("rpx was not ready within %.0fs; stderr:\n%s" %
+                               (READY_TIMEOUT, self.stderr_text()))
+            time.sleep(0.02)
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self):
+        """Stops rpx (POST /quitquitquit, then SIGTERM, then SIGKILL, all by PID)."""
+        if self.proc is None:
+            return self.returncode
+        if self.returncode is not None:
+            return self.returncode
+        if self.proc.poll() is not None:
+            self.exited_early = True
+            self.stop_method = "exited on its own"
+        else:
+            self.stop_method = "quitquitquit"
+            try:
+                self.admin("POST", "/quitquitquit", timeout=2.0)
+            except OSError:
+                pass  # rpx may close before answering; the wait below decides
+            try:
+                self.proc.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.stop_method = "SIGTERM"
+                self.proc.send_signal(signal.SIGTERM)
+                try:
+                    self.proc.wait(STOP_TIMEOUT)
+                except subprocess.TimeoutExpired:
+                    self._kill()
+                    self.stop_method = "SIGKILL"
+        self.returncode = self.proc.returncode
+        self._close_logs()
+        return self.returncode
+
+    def check_clean_exit(self):
+        """Raises if rpx crashed during the test or did not stop cleanly."""
+        rc = self.stop()
+        if self.exited_early:
+            raise AssertionError("rpx (pid %d) exited by itself during the test with status %s; "
+                                 "stderr:\n%s" % (self.proc.pid, rc, self.stderr_text()))
+        if rc != 0 or self.stop_method not in ("quitquitquit", "SIGTERM"):
+            raise AssertionError("rpx (pid %d) did not stop cleanly: status %s after %s; "
+                                 "stderr:\n%s" % (self.proc.pid, rc, self.stop_method,
+                                                  self.stderr_text()))
+
+    def cleanup(self):
+        try:
+            self.stop()
+        finally:
+            remove_tmpdir(self.dir)
+
+    def _kill(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()  # by PID
+            try:
+                self.proc.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def _close_logs(self):
+        for f in (getattr(self, "_stdout", None), getattr(self, "_stderr", None)):
+            if f and not f.closed:
+                f.close()
+
+    def stderr_text(self):
+        try:
+            with open(os.path.join(self.dir, "stderr.log"), "rb") as f:
+                return f.read().decode("utf-8", "replace")[-8000:]
+        except OSError:
+            return ""
+
+    # -- admin
+    def admin(self, method, path, timeout=5.0):
+        conn = http.client.HTTPConnection("127.0.0.1", self.admin_port, timeout=timeout)
+        try:
+            conn.request(method, path)
+            resp = conn.getresponse()
+            return resp.status, resp.read()
+        finally:
+            conn.close()
+
+    def stats(self):
+        status, body = self.admin("GET", "/stats")
+        if status != 200:
+            raise RpxError("GET /stats returned %d" % status)
+        out = {}
+        for line in body.decode().splitlines():
+            if ": " not in line:
+                continue
+            k, v = line.rsplit(": ", 1)
+            try:
+                out[k] = int(v)
+            except ValueError:
+                pass
+        return out
+
+    def stat(self, name):
+        s = self.stats()
+        if name not in s:
+            raise KeyError("no stat %r (have: %s)" % (name, ", ".join(sorted(s))))
+        return s[name]
+
+    def wait_stat(self, name, predicate, timeout=5.0):
+        """Waits until predicate(value of stat `name`) holds; returns the value."""
+        box = {}
+
+        def check():
+            box["v"] = self.stat(name)
+            return predicate(box["v"])
+        try:
+            wait_until(check, timeout=timeout, what="stat %s" % name)
+        except AssertionError:
+            raise AssertionError("stat %s is %s after %.1fs" % (name, box.get("v"), timeout))
+        return box["v"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Upstream servers
+# ---------------------------------------------------------------------------------------------
+
+class _ConnTracker(object):
+    """Counts accepted connections and the peak number open at once."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.accepted = 0
+        self.open = {}  # socket -> connection id
+        self.peak_open = 0
+
+    @staticmethod
+    def _peer_closed(sock):
+        # poll() for POLLRDHUP: never blocks, never consumes data.
+        try:
+            fd = sock.fileno()
+            if fd < 0:
+                return True
+            p = select.poll()
+            p.register(fd, select.POLLRDHUP | select.POLLHUP | select.POLLERR)
+            for _, ev in p.poll(0):
+                if ev & (select.POLLRDHUP | select.POLLHUP | select.POLLERR):
+                    return True
+            return False
+        except (OSError, ValueError):
+            return True
+
+    def on_accept(self, sock):
+        with self.lock:
+            # A socket whose peer already closed is gone even if its thread has not noticed yet.
+            for s in [s for s in self.open if self._peer_closed(s)]:
+                del self.open[s]
+            self.accepted += 1
+            self.open[sock] = self.accepted
+            self.peak_open = max(self.peak_open, len(self.open))
+            return self.accepted
+
+    def on_close(self, sock):
+        with self.lock:
+            self.open.pop(sock, None)
+
+    def conn_id(self, sock):
+        with self.lock:
+            return self.open.get(sock, 0)
+
+    def open_sockets(self):
+        with self.lock:
+            return list(self.open)
+
+
+class _EchoHTTPServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+    allow_reuse_address = True
+    request_queue_size = 256
+
+    def __init__(self, owner):
+        self.owner = owner
+        super().__init__(("127.0.0.1", 0), _EchoHandler)
+
+    def get_request(self):
+        sock, addr = super().get_request()
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.owner.tracker.on_accept(sock)
+        return sock, addr
+
+    def shutdown_request(self, request):
+        self.owner.tracker.on_close(request)
+        super().shutdown_request(request)
+
+    def handle_error(self, request, client_address):
+        self.owner.errors += 1  # broken pipes etc. after rpx gave up on a request
+
+
+class _EchoHandler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "echo-upstream"
+    sys_version = ""
+
+    def setup(self):
+        self.timeout = self.server.owner.keepalive_timeout
+        super().setup()
+
+    def log_message(self, fmt, *args):
+        pass
+
+    def do_GET(self):
+        self._handle()
+
+    do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_HEAD = do_GET
+
+    # -- request body
+    def _read_body(self):
+        h = hashlib.sha256()
+        total = 0
+        te = (self.headers.get("Transfer-Encoding") or "").lower()
+        if "chunked" in te:
+            while True:
+                line = self.rfile.readline(1024)
+                if not line:
+                    raise ConnectionError("eof in chunk size")
+                size = int(line.split(b";")[0].strip(), 16)
+                if size == 0:
+                    while True:  # trailers
+                        t = self.rfile.readline(8192)
+                        if t in (b"\r\n", b"\n", b""):
+                            break
+                    break
+                remaining = size
+                while remaining:
+                    piece = self.rfile.read(min(remaining, 65536))
+                    if not piece:
+                        raise ConnectionError("eof in chunk")
+                    h.update(piece)
+                    total += len(piece)
+                    remaining -= len(piece)
+                self.rfile.readline(16)
+        else:
+            remaining = int(self.headers.get("Content-Length") or 0)
+            while remaining:
+                piece = self.rfile.read(min(remaining, 65536))
+                if not piece:
+                    raise ConnectionError("eof in body")
+                h.update(piece)
+                total += len(piece)
+                remaining -= len(piece)
+        return h.hexdigest(), total
+
+    # -- helpers
+    def _send(self, status, body, content_type="application/octet-stream", headers=()):
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in headers:
+            self.send_header(k, v)
+        self.end_headers()
+        if self.command != "HEAD":
+            self._write(body)
+
+    def _write(self, data):
+        view = memoryview(data)
+        for i in range(0, len(view), 65536):
+            self.wfile.write(view[i:i + 65536])
+        self.wfile.flush()
+
+    def _sleep(self, seconds):
+        # Interruptible, so that shutting the upstream down does not wait for sleepers.
+        return not self.server.owner.stopping.wait(seconds)
+
+    # -- dispatch
+    def _handle(self):
+        owner = self.server.owner
+        conn_id = owner.tracker.conn_id(self.connection)
+        parts = self.path.split("?", 1)[0].strip("/").split("/")
+        if "slowread" in parts[:-1]:
+            # Lets the request body pile up before reading it (flow-control tests).
+            self._sleep(float(parts[parts.index("slowread") + 1]))
+        body_sha, body_len = self._read_body()
+        path = self.path
+        bare = path.split("?", 1)[0]
+        record = {
+            "server": owner.name,
+            "method": self.command,
+            "path": path,
+            "version": self.request_version,
+            "headers": [[k.lower(), v] for k, v in self.headers.items()],
+            "body_sha256": body_sha,
+            "body_length": body_len,
+            "conn_id": conn_id,
+        }
+        with owner.lock:
+            owner.requests.append(record)
+            record["index"] = len(owner.requests)
+            owner.in_flight += 1
+        try:
+            self._route(bare, record)
+        finally:
+            with owner.lock:
+                owner.in_flight -= 1
+
+    def _route(self, bare, record):
+        parts = bare.strip("/").split("/")
+        # Paths may carry a prefix (e.g. /limited/slow/2): act on the last matching keyword.
+        kw, arg = None, None
+        for i, p in enumerate(parts):
+            if p in ("bytes", "chunked", "eof", "slow", "status", "close", "hop", "truncate",
+                     "stall") and i + 1 < len(parts):
+                kw, arg = p, parts[i + 1]
+            elif p in ("close", "hop") and i + 1 == len(parts):
+                kw, arg = p, None
+        if kw == "bytes":
+            self._send(200, det_bytes(int(arg)))
+        elif kw == "chunked":
+            n = int(arg)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            if self.command != "HEAD":
+                data = det_bytes(n)
+                for i in range(0, n, 65536):
+                    piece = data[i:i + 65536]
+                    self.wfile.write(b"%x\r\n" % len(piece) + piece + b"\r\n")
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+        elif kw == "eof":
+            # An HTTP/1.1 response without a length: the body ends when we close.
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            if self.command != "HEAD":
+                self._write(det_bytes(int(arg)))
+        elif kw == "slow":
+            if self._sleep(float(arg)):
+                self._echo(record)
+        elif kw == "status":
+            code = int(arg)
+            if code in (204, 304):
+                self.send_response(code)
+                if code == 304:
+                    self.send_header("ETag", '"v1"')
+                self.end_headers()
+            else:
+                self._send(code, b"status %d\n" % code, "text/plain")
+        elif kw == "close":
+            self._echo(record, headers=[("Connection", "close")])
+            self.close_connection = True
+        elif kw == "hop":
+            self._echo(record, headers=[("Connection", "X-Hop-Resp"), ("X-Hop-Resp", "1"),
+                                        ("Keep-Alive", "timeout=5"),
+                                        ("Proxy-Connection", "keep-alive"),
+                                        ("X-End-To-End", "kept")])
+        elif kw == "truncate":
+            # Promises N bytes, sends half, closes.
+            n = int(arg)
+            self.send_response(200)
+            self.send_header("Content-Length", str(n))
+            self.end_headers()
+            self._write(det_bytes(n // 2))
+            self.close_connection = True
+        elif kw == "stall":
+            # Sends the head and part of the body, then stalls for `arg` seconds.
+            self.send_response(200)
+            self.send_header("Content-Length", "100")
+            self.end_headers()
+            self._write(b"x" * 10)
+            self._sleep(float(arg))
+            self.close_connection = True
+        else:
+            self._echo(record)
+
+    def _echo(self, record, headers=()):
+        body = json.dumps(record).encode()
+        self._send(200, body, "application/json", headers)
+
+
+class EchoUpstream(object):
+    """A threaded HTTP/1.1 keep-alive upstream on 127.0.0.1.
+
+    Default: answers 200 with a JSON body describing the request (method, path, version, headers,
+    body_sha256, body_length, conn_id, server). Special paths (the keyword may follow a prefix):
+      /bytes/N    N bytes of det_bytes() with Content-Length
+      /chunked/N  N bytes chunked
+      /eof/N      N bytes, no length, Connection: close (close-delimited)
+      /slow/S     sleeps S seconds, then echoes
+      /status/C   status C (204/304 without a body)
+      /close      echoes with Connection: close
+      /hop        echoes with hop-by-hop response headers (Connection: X-Hop-Resp, ...)
+      /truncate/N Content-Length N, sends N/2 bytes, closes
+      /stall/S    Content-Length 100, sends 10 bytes, stalls S seconds
+      /slowread/S waits S seconds before reading the request body, then echoes
+    """
+
+    def __init__(self, name="echo", keepalive_timeout=30.0):
+        self.name = name
+        self.keepalive_timeout = keepalive_timeout
+        self.tracker = _ConnTracker()
+        self.lock = threading.Lock()
+        self.requests = []
+        self.in_flight = 0
+        self.errors = 0
+        self.stopping = threading.Event()
+        self.server = _EchoHTTPServer(self)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever,
+                                       kwargs={"poll_interval": 0.05},
+                                       name="echo-%s" % name, daemon=True)
+        self.thread.start()
+
+    @property
+    def accepted(self):
+        return self.tracker.accepted
+
+    @property
+    def peak_open(self):
+        return self.tracker.peak_open
+
+    def request_count(self):
+        with self.lock:
+            return len(self.requests)
+
+    def stop(self):
+        self.stopping.set()
+        self.server.shutdown()
+        self.server.server_close()
+        for s in self.tracker.open_sockets():
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self.thread.join(5)
+
+
+class RawUpstream(object):
+    """A raw-socket upstream: for each connection, reads a request head, then acts:
+         mode "reset":    closes without answering (FIN; rst=True sends a RST instead)
+         mode "garbage":  sends `reply` (default b"not http\\r\\n\\r\\n"), then waits for the
+                          peer to close (or closes at once with close_after_reply=True)
+    Each connection serves one request.
+    """
+
+    def __init__(self, mode, rst=False, reply=b"not http\r\n\r\n", close_after_reply=False):
+        self.mode = mode
+        self.rst = rst
+        self.reply = reply
+        self.close_after_reply = close_after_reply
+        self.accepted = 0
+        self.requests = 0
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.sock.settimeout(0.05)
+        self.port = self.sock.getsockname()[1]
+        self.conns = []
+        self.thread = threading.Thread(target=self._accept_loop, daemon=True,
+                                       name="raw-%s" % mode)
+        self.thread.start()
+
+    def _accept_loop(self):
+        while not self.stopping.is_set():
+            try:
+                c, _ = self.sock.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            with self.lock:
+                self.accepted += 1
+                self.conns.append(c)
+            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+
+    def _serve(self, c):
+        try:
+            c.settimeout(5.0)
+            data = b""
+            while b"\r\n\r\n" not in data:
+                piece = c.recv(65536)
+                if not piece:
+                    return
+                data += piece
+            with self.lock:
+                self.requests += 1
+            if self.mode == "garbage":
+                c.sendall(self.reply)
+                if self.close_after_reply:
+                    return
+                c.settimeout(2.0)
+                while c.recv(65536):
+                    pass
+            elif self.rst:
+                c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        except OSError:
+            pass
+        finally:
+            try:
+                c.close()
+            except OSError:
+                pass
+
+    def stop(self):
+        self.stopping.set()
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        with self.lock:
+            conns = list(self.conns)
+        for c in conns:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self.thread.join(5)
+
+
+def ResetUpstream(rst=False):
+    return RawUpstream("reset", rst=rst)
+
+
+def GarbageUpstream(reply=b"not http\r\n\r\n", close_after_reply=False):
+    return RawUpstream("garbage", reply=reply, close_after_reply=close_after_reply)
+
+
+def CannedUpstream(reply, close_after_reply=False):
+    """Answers every request with the exact bytes `reply`."""
+    return RawUpstream("garbage", reply=reply, close_after_reply=close_after_reply)
+
+
+class BlackholeUpstream(object):
+    """A listening socket whose accept queue is full: connects to it hang (SYNs are dropped)."""
+
+    def __init__(self):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(0)
+        self.port = self.sock.getsockname()[1]
+        self.fillers = []
+        for _ in range(4):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.setblocking(False)
+            try:
+                s.connect(("127.0.0.1", self.port))
+            except (BlockingIOError, OSError):
+                pass
+            self.fillers.append(s)
+        time.sleep(0.1)
+
+    def stop(self):
+        for s in self.fillers + [self.sock]:
+            try:
+                s.close()
+            except OSError:
+                pass
+
+
+# ---------------------------------------------------------------------------------------------
+# curl
+# ---------------------------------------------------------------------------------------------
+
+class Response(object):
+    """One HTTP response. Unpacks as (status, headers, body)."""
+
+    def __init__(self, status, header_list, body, info=None, interim=None, raw_head=""):
+        self.status = status
+        self.header_list = header_list  # [(lowercase name, value)] in order
+        self.headers = {}
+        for k, v in header_list:
+            self.headers[k] = v if k not in self.headers else self.headers[k] + ", " + v
+        self.body = body
+        self.info = info or {}  # curl's --write-out %{json}
+        self.interim = interim or []  # 1xx status codes seen before this response
+        self.raw_head = raw_head
+
+    def __iter__(self):
+        return iter((self.status, self.headers, self.body))
+
+    @property
+    def num_connects(self):
+        return self.info.get("num_connects")
+
+    @property
+    def exitcode(self):
+        return self.info.get("exitcode")
+
+    def json(self):
+        return json.loads(self.body)
+
+    def header_values(self, name):
+        return [v for k, v in self.header_list if k == name.lower()]
+
+    def __repr__(self):
+        return "<Response %s %r body=%r>" % (self.status, self.header_list, self.body[:200])
+
+
+def _parse_head(block):
+    lines = block.split("\r\n")
+    status_line = lines[0]
+    parts = status_line.split(" ", 2)
+    status = int(parts[1])
+    headers = []
+    for line in lines[1:]:
+        if not line or ":" not in line:
+            continue
+        k, v = line.split(":", 1)
+        headers.append((k.strip().lower(), v.strip()))
+    return status, headers
+
+
+def curl_multi(urls, *args, timeout=CURL_TIMEOUT, input_data=None):
+    """Runs ONE curl process fetching every URL in order (curl reuses the connection between
+    them). Returns (responses, completed_process)."""
+    tmp = make_tmpdir("rpx-it-curl-")
+    try:
+        hdr = os.path.join(tmp, "headers")
+        cmd = ["curl", "-q", "-s", "-S", "--noproxy", "*", "-D", hdr, "-w", "%{json}\\n",
+               "--max-time", str(timeout)] + list(args)
+        outs = []
+        for i, u in enumerate(urls):
+            out = os.path.join(tmp, "body%d" % i)
+            outs.append(out)
+            cmd += ["-o", out, u]
+        env = {k: v for k, v in os.environ.items()
+               if k.lower() not in ("http_proxy", "https_proxy", "all_proxy", "no_proxy")}
+        cp = subprocess.run(cmd, capture_output=True, timeout=timeout + 10, env=env,
+                            input=input_data, stdin=None if input_data else subprocess.DEVNULL)
+        infos = []
+        for line in cp.stdout.decode("utf-8", "replace").splitlines():
+            if line.startswith("{"):
+                infos.append(json.loads(line))
+        blocks = []
+        if os.path.exists(hdr):
+            with open(hdr, "rb") as f:
+                text = f.read().decode("latin-1")
+            for b in text.split("\r\n\r\n"):
+                b = b.strip("\r\n")
+                if b.startswith("HTTP/"):
+                    blocks.append(b)
+        responses = []
+        bi = 0
+        for i, u in enumerate(urls):
+            info = infos[i] if i < len(infos) else {"exitcode": cp.returncode, "http_code": 0}
+            status, headers, interim, raw = 0, [], [], ""
+            if info.get("http_code"):
+                while bi < len(blocks):
+                    st, hs = _parse_head(blocks[bi])
+                    raw += blocks[bi] + "\r\n\r\n"
+                    bi += 1
+                    if 100 <= st < 200 and st != 101:
+                        interim.append(st)
+                        continue
+                    status, headers = st, hs
+                    break
+            body = b""
+            if os.path.exists(outs[i]):
+                with open(outs[i], "rb") as f:
+                    body = f.read()
+            responses.append(Response(status, headers, body, info, interim, raw))
+        cp.stderr_text = cp.stderr.decode("utf-8", "replace")
+        return responses, cp
+    finally:
+        remove_tmpdir(tmp)
+
+
+def curl(url, *args, timeout=CURL_TIMEOUT):
+    """One request with curl (-s -S; headers via -D). Returns a Response (status, headers, body)."""
+    responses, _ = curl_multi([url], *args, timeout=timeout)
+    return responses[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Raw HTTP/1.1 on a socket
+# ---------------------------------------------------------------------------------------------
+
+class RawClient(object):
+    """A plain socket to rpx, for what curl cannot express (pipelining, exact framing)."""
+
+    def __init__(self, port, timeout=10.0):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.rfile = self.sock.makefile("rb")
+
+    def send(self, data):
+        self.sock.sendall(data)
+
+    def read_response(self, method="GET"):
+        """Reads one response (skipping 1xx). Body framing per RFC 9112."""
+        while True:
+            line = self.rfile.readline(65536)
+            if not line:
+                raise ConnectionError("connection closed before a response")
+            status_line = line.decode("latin-1").rstrip("\r\n")
+            parts = status_line.split(" ", 2)
+            if len(parts) < 2 or not parts[0].startswith("HTTP/"):
+                raise ValueError("bad status line %r" % status_line)
+            status = int(parts[1])
+            headers = []
+            raw = status_line + "\r\n"
+            while True:
+                h = self.rfile.readline(65536)
+                if not h:
+                    raise ConnectionError("connection closed in the response head")
+                raw += h.decode("latin-1")
+                if h in (b"\r\n", b"\n"):
+                    break
+                k, v = h.decode("latin-1").split(":", 1)
+                headers.append((k.strip().lower(), v.strip()))
+            if 100 <= status < 200:
+                continue
+            break
+        hmap = {}
+        for k, v in headers:
+            hmap[k] = v if k not in hmap else hmap[k] + ", " + v
+        if method == "HEAD" or status in (204, 304):
+            body = b""
+        elif "chunked" in hmap.get("transfer-encoding", "").lower():
+            body = b""
+            while True:
+                size_line = self.rfile.readline(1024)
+                if not size_line:
+                    raise ConnectionError("eof in chunked body")
+                size = int(size_line.split(b";")[0].strip(), 16)
+                if size == 0:
+                    while self.rfile.readline(8192) not in (b"\r\n", b"\n", b""):
+                        pass
+                    break
+                body += self._read_exact(size)
+                self.rfile.readline(16)
+        elif "content-length" in hmap:
+            body = self._read_exact(int(hmap["content-length"]))
+        else:
+            body = self.rfile.read()
+        return Response(status, headers, body, raw_head=raw)
+
+    def _read_exact(self, n):
+        data = self.rfile.read(n)
+        if len(data) != n:
+            raise ConnectionError("eof after %d of %d body bytes" % (len(data), n))
+        return data
+
+    def at_eof(self, timeout=2.0):
+        """True if the peer closed the connection (within timeout) with no more data."""
+        self.sock.settimeout(timeout)
+        try:
+            return self.rfile.read(1) == b""
+        except socket.timeout:
+            return False
+        except ConnectionResetError:
+            return True
+
+    def close(self):
+        try:
+            self.rfile.close()
+            self.sock.close()
+        except OSError:
+            pass
+
+
+def http_request(method, path, host="localhost", headers=(), body=None):
+    """Bytes of one HTTP/1.1 request."""
+    lines = ["%s %s HTTP/1.1" % (method, path), "Host: %s" % host]
+    for k, v in headers:
+        lines.append("%s: %s" % (k, v))
+    if body is not None and not any(k.lower() in ("content-length", "transfer-encoding")
+                                    for k, _ in headers):
+        lines.append("Content-Length: %d" % len(body))
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (body or b"")
+
+
+# ---------------------------------------------------------------------------------------------
+# Test base class
+# ---------------------------------------------------------------------------------------------
+
+class IntegrationTestCase(unittest.TestCase):
+    """Starts servers with cleanups registered, so tearDown always stops them (by PID for rpx).
+    A crash of rpx during a test makes the test fail."""
+
+    def start_echo(self, name="echo", **kwargs):
+        u = EchoUpstream(name, **kwargs)
+        self.addCleanup(u.stop)
+        return u
+
+    def start_reset(self, rst=False):
+        u = ResetUpstream(rst=rst)
+        self.addCleanup(u.stop)
+        return u
+
+    def start_garbage(self, reply=b"not http\r\n\r\n", close_after_reply=False):
+        u = GarbageUpstream(reply, close_after_reply)
+        self.addCleanup(u.stop)
+        return u
+
+    def start_blackhole(self):
+        u = BlackholeUpstream()
+        self.addCleanup(u.stop)
+        return u
+
+    def start_rpx(self, config, **kwargs):
+        proxy = Rpx(config, **kwargs)
+        self.addCleanup(proxy.cleanup)
+        proxy.start()
+        self.addCleanup(proxy.check_clean_exit)  # runs before cleanup (LIFO)
+        return proxy
+
+    def raw_client(self, port, timeout=10.0):
+        c = RawClient(port, timeout)
+        self.addCleanup(c.close)
+        return c

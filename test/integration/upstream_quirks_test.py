@@ -1,0 +1,120 @@
+"""Unusual but legal (or recoverable) upstream behaviour: interim responses, HTTP/1.0 upstreams,
+stray bytes, oversized heads, early responses, clients that give up mid-request."""
+
+import os
+import time
+import unittest
+
+from harness import (IntegrationTestCase, bootstrap, cluster, curl, curl_multi, free_port,
+                     http_listener, http_request, make_tmpdir, remove_tmpdir, route, sha256,
+                     virtual_host, wait_until)
+
+
+class UpstreamQuirksTest(IntegrationTestCase):
+
+    def setUp(self):
+        self.echo = self.start_echo("E")
+        self.early_hints = self.start_garbage(
+            b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n"
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-Final: 1\r\n\r\nok")
+        self.http10 = self.start_garbage(b"HTTP/1.0 200 OK\r\nX-Old: 1\r\n\r\nold-style body",
+                                         close_after_reply=True)
+        self.stray = self.start_garbage(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokEXTRA")
+        self.big_head = self.start_garbage(b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * 100000 +
+                                           b"\r\nContent-Length: 2\r\n\r\nok")
+        self.early_413 = self.start_garbage(
+            b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 4\r\n\r\nbig!")
+        self.cookies = self.start_garbage(b"HTTP/1.1 200 OK\r\nSet-Cookie: a=1\r\n"
+                                          b"Set-Cookie: b=2\r\nContent-Length: 0\r\n\r\n")
+        self.port = free_port()
+        routes = [route("/cookies", "cookies"), route("/early-hints", "early_hints"), route("/http10", "http10"),
+                  route("/stray", "stray"), route("/big-head", "big_head"),
+                  route("/413", "early_413"), route("/", "E", timeout="10s")]
+        self.proxy = self.start_rpx(bootstrap(
+            [http_listener("ingress", self.port, [virtual_host("all", ["*"], routes)])],
+            [cluster("E", self.echo.port), cluster("cookies", self.cookies.port),
+             cluster("early_hints", self.early_hints.port),
+             cluster("http10", self.http10.port), cluster("stray", self.stray.port),
+             cluster("big_head", self.big_head.port), cluster("early_413", self.early_413.port)]),
+            concurrency=1)
+
+    def url(self, path):
+        return "http://127.0.0.1:%d%s" % (self.port, path)
+
+    def test_repeated_response_headers_kept_apart(self):
+        r = curl(self.url("/cookies"))
+        self.assertEqual(r.status, 200)
+        self.assertEqual(r.header_values("set-cookie"), ["a=1", "b=2"])
+
+    def test_interim_response_is_skipped(self):
+        responses, _ = curl_multi([self.url("/early-hints"), self.url("/after")])
+        r = responses[0]
+        self.assertEqual((r.status, r.body), (200, b"ok"))
+        self.assertEqual(r.headers.get("x-final"), "1")
+        self.assertNotIn("link", r.headers, "a header of the 103 leaked into the final response")
+        self.assertEqual(responses[1].json()["path"], "/after")
+        self.assertEqual([x.num_connects for x in responses], [1, 0])
+
+    def test_http10_upstream_close_delimited(self):
+        responses, _ = curl_multi([self.url("/http10"), self.url("/after")])
+        r = responses[0]
+        self.assertEqual((r.status, r.body), (200, b"old-style body"))
+        self.assertEqual(r.headers.get("x-old"), "1")
+        self.assertEqual(r.exitcode, 0)
+        self.assertEqual(responses[1].status, 200)
+        self.assertEqual([x.num_connects for x in responses], [1, 0])
+
+    def test_stray_bytes_after_response(self):
+        # Bytes after a complete response: forward the response, never reuse that connection.
+        responses, _ = curl_multi([self.url("/stray"), self.url("/stray")])
+        self.assertEqual([(r.status, r.body) for r in responses], [(200, b"ok"), (200, b"ok")])
+        self.assertEqual(self.stray.accepted, 2)
+
+    def test_oversized_upstream_head_is_502(self):
+        responses, _ = curl_multi([self.url("/big-head"), self.url("/after")])
+        r = responses[0]
+        self.assertEqual(r.status, 502)
+        self.assertTrue(r.body.startswith(b"upstream sent a malformed response ("), r.body)
+        self.assertEqual(responses[1].status, 200)
+
+    def test_oversized_upstream_head_message_names_the_response(self):
+        # The detail is about the upstream's *response* headers.
+        r = curl(self.url("/big-head"))
+        self.assertEqual(r.status, 502)
+        self.assertNotIn(b"request headers", r.body, r.body)
+
+    def test_early_response_before_request_body(self):
+        tmp = make_tmpdir()
+        self.addCleanup(remove_tmpdir, tmp)
+        path = os.path.join(tmp, "body")
+        with open(path, "wb") as f:
+            f.write(b"b" * (4 * 1024 * 1024))
+        start = time.monotonic()
+        responses, _ = curl_multi([self.url("/413"), self.url("/after")],
+                                  "--data-binary", "@" + path, "-H", "Expect:")
+        self.assertLess(time.monotonic() - start, 5.0)
+        self.assertEqual((responses[0].status, responses[0].body), (413, b"big!"))
+        self.assertEqual(responses[0].headers.get("connection"), "close")
+        # The rest of the first body was not read: a new connection for the next request.
+        self.assertEqual(responses[1].status, 200)
+        self.assertEqual(responses[1].json()["body_sha256"], sha256(b"b" * (4 * 1024 * 1024)))
+
+    def test_client_abort_does_not_poison_the_pool(self):
+        c = self.raw_client(self.port)
+        c.send(http_request("GET", "/slow/0.6?aborted"))
+        wait_until(lambda: self.echo.in_flight == 1, what="the slow request at the upstream")
+        c.close()
+        self.proxy.wait_stat("cluster.E.upstream_rq_reset", lambda v: v == 1)
+        # The next requests must get their own responses, never the aborted one's.
+        for i in range(3):
+            r = curl(self.url("/next/%d" % i))
+            self.assertEqual(r.status, 200)
+            self.assertEqual(r.json()["path"], "/next/%d" % i)
+        time.sleep(0.8)  # the aborted response would arrive now
+        r = curl(self.url("/last"))
+        self.assertEqual(r.json()["path"], "/last")
+        self.assertEqual(self.proxy.stat("http.ingress.downstream_rq_rx_reset"), 1)
+
+
+if __name__ == "__main__":
+    unittest.main()
