@@ -265,17 +265,61 @@ std::string Hint(const std::string& full) {
   return "";
 }
 
+// Fields a control plane may send that rpx can ignore without changing where requests go.
+const std::set<std::string>& Ignorable() {
+  static const auto* s = new std::set<std::string>{
+      "envoy.config.listener.v3.Listener.traffic_direction",
+      "envoy.config.listener.v3.Listener.listener_filters_timeout",
+      "envoy.config.listener.v3.Listener.continue_on_listener_filters_timeout",
+      "envoy.config.listener.v3.Listener.bind_to_port",
+      "envoy.config.cluster.v3.Cluster.dns_refresh_rate",
+      "envoy.config.cluster.v3.Cluster.respect_dns_ttl",
+      "envoy.config.cluster.v3.Cluster.cleanup_interval",
+      "envoy.config.cluster.v3.Cluster.ignore_health_on_host_removal",
+      "envoy.config.cluster.v3.Cluster.health_checks",
+      "envoy.config.cluster.v3.CircuitBreakers.Thresholds.track_remaining",
+      "envoy.config.cluster.v3.CircuitBreakers.Thresholds.max_connection_pools",
+      "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager."
+      "add_user_agent",
+      "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager."
+      "drain_timeout",
+      "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager."
+      "delayed_close_timeout",
+      "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager."
+      "xff_num_trusted_hops",
+      "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager.via",
+      "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager."
+      "upgrade_configs",
+      "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager."
+      "http2_protocol_options",
+      "envoy.config.route.v3.RouteAction.retry_policy",
+      "envoy.config.route.v3.RouteAction.hash_policy",
+      "envoy.config.route.v3.RouteAction.idle_timeout",
+      "envoy.config.route.v3.RouteAction.upgrade_configs",
+      "envoy.config.route.v3.VirtualHost.retry_policy",
+      "envoy.config.core.v3.HttpProtocolOptions.headers_with_underscores_action",
+      "envoy.config.core.v3.Node.client_features",
+  };
+  return *s;
+}
+
 void Check(const Message& msg, const std::string& prefix, const std::string& path,
-           std::vector<std::string>* errors) {
+           std::vector<std::string>* errors, uint64_t* ignored) {
   const auto* d = msg.GetDescriptor();
   if (d->file()->package() == "google.protobuf") return;
   if (d->full_name() == "google.protobuf.Any") return;
   const auto* r = msg.GetReflection();
+  // Fields outside rpx's proto subset arrive as unknown fields.
+  if (ignored) *ignored += r->GetUnknownFields(msg).field_count();
   std::vector<const FieldDescriptor*> fields;
   r->ListFields(msg, &fields);
   for (const auto* f : fields) {
     std::string fpath = path.empty() ? f->name() : absl::StrCat(path, ".", f->name());
     std::string full = absl::StrCat(d->full_name(), ".", f->name());
+    if (ignored && Ignorable().count(full)) {
+      ++*ignored;
+      continue;
+    }
     if (!Supported().count(full)) {
       errors->push_back(absl::StrCat(prefix, fpath, ": field '", f->name(), "' of ", d->full_name(),
                                      " is not supported by rpx", Hint(full)));
@@ -300,10 +344,10 @@ void Check(const Message& msg, const std::string& prefix, const std::string& pat
                                          "'"));
           return;
         }
-        Check(*inner, prefix, sub_path, errors);
+        Check(*inner, prefix, sub_path, errors, ignored);
         return;
       }
-      Check(sub, prefix, sub_path, errors);
+      Check(sub, prefix, sub_path, errors, ignored);
     };
     if (f->is_map()) {
       // Map entries: check the values (keys are strings).
@@ -331,7 +375,13 @@ void Check(const Message& msg, const std::string& prefix, const std::string& pat
 
 void CheckSupportedFields(const google::protobuf::Message& msg, const std::string& prefix,
                           const std::string& path, std::vector<std::string>* errors) {
-  Check(msg, prefix, path, errors);
+  Check(msg, prefix, path, errors, nullptr);
+}
+
+void CheckDynamicFields(const google::protobuf::Message& msg, const std::string& prefix,
+                        const std::string& path, std::vector<std::string>* errors,
+                        uint64_t* ignored) {
+  Check(msg, prefix, path, errors, ignored);
 }
 
 }  // namespace rpx

@@ -16,4 +16,11 @@ namespace rpx {
 void CheckSupportedFields(const google::protobuf::Message& msg, const std::string& prefix,
                           const std::string& path, std::vector<std::string>* errors);
 
+// For resources from a control plane: fields that do not change what a request is routed to
+// (stats names, retry policies, access logs, fields unknown to rpx's proto subset, ...) are
+// ignored and counted in `*ignored`; any other unsupported field is an error (a NACK).
+void CheckDynamicFields(const google::protobuf::Message& msg, const std::string& prefix,
+                        const std::string& path, std::vector<std::string>* errors,
+                        uint64_t* ignored);
+
 }  // namespace rpx

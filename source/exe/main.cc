@@ -18,6 +18,7 @@ void Usage(FILE* out) {
           "  -l, --log-level LEVEL    trace, debug, info, warning, error, critical, off\n"
           "  --service-node NAME      node id (overrides node.id)\n"
           "  --service-cluster NAME   node cluster (overrides node.cluster)\n"
+          "  --drain-time-s N         seconds a removed listener's connections may finish (5)\n"
           "  --version, -h/--help\n");
 }
 
@@ -75,6 +76,16 @@ int main(int argc, char** argv) {
       options.service_node = next("--service-node");
     } else if (arg == "--service-cluster") {
       options.service_cluster = next("--service-cluster");
+    } else if (arg == "--drain-time-s") {
+      std::string v = next("--drain-time-s");
+      char* end = nullptr;
+      long n = strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || n < 0 || n > 86400) {
+        fprintf(stderr, "error: --drain-time-s must be an integer in [0, 86400], got '%s'\n",
+                v.c_str());
+        return 1;
+      }
+      options.drain_time_ms = static_cast<uint64_t>(n) * 1000;
     } else if (arg == "--version") {
       printf("rpx version 0.1.0\n");
       return 0;

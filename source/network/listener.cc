@@ -32,6 +32,31 @@ absl::StatusOr<int> OpenListenSocket(const SocketAddress& addr, bool reuse_port,
   return fd;
 }
 
+absl::StatusOr<std::vector<int>> OpenWorkerSockets(SocketAddress addr, bool reuse_port,
+                                                   uint32_t workers) {
+  std::vector<int> fds;
+  if (reuse_port && addr.port() != 0) {
+    // SO_REUSEPORT would let us share a port with a stranger's socket: check it is free first.
+    auto probe = OpenListenSocket(addr, false, 1);
+    if (!probe.ok()) return probe.status();
+    close(*probe);
+  }
+  uint32_t n = reuse_port ? workers : 1;
+  for (uint32_t i = 0; i < n; ++i) {
+    auto fd = OpenListenSocket(addr, reuse_port, 4096);
+    if (!fd.ok()) {
+      for (int f : fds) close(f);
+      return fd.status();
+    }
+    if (i == 0 && addr.port() == 0) {
+      socklen_t len = sizeof(addr.storage);
+      getsockname(*fd, reinterpret_cast<sockaddr*>(&addr.storage), &len);
+    }
+    fds.push_back(*fd);
+  }
+  return fds;
+}
+
 Listener::Listener(Dispatcher& dispatcher, int fd, AcceptCallback cb)
     : dispatcher_(dispatcher), fd_(fd), cb_(std::move(cb)) {
   event_ = dispatcher_.CreateFileEvent(

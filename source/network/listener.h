@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "source/event/dispatcher.h"
@@ -14,6 +15,12 @@ namespace rpx {
 
 // Opens, binds and listens. Returns the fd or an error naming the address.
 absl::StatusOr<int> OpenListenSocket(const SocketAddress& addr, bool reuse_port, int backlog);
+
+// Opens one socket per worker for `addr` with SO_REUSEPORT (after checking that no other socket
+// holds the port), or a single socket without it. With port 0 the first socket picks the port
+// and the others share it.
+absl::StatusOr<std::vector<int>> OpenWorkerSockets(SocketAddress addr, bool reuse_port,
+                                                   uint32_t workers);
 
 class Listener {
  public:

@@ -72,13 +72,17 @@ std::unique_ptr<StreamHandler> Admin::CreateStream(ResponseEncoder& encoder) {
 std::string Admin::Handle(const RequestHead& head, int* status, std::string* content_type) {
   std::string path = head.path.substr(0, head.path.find('?'));
   if (path == "/ready") {
-    *status = ready_ ? 200 : 503;
-    return ready_ ? "LIVE\n" : "PRE_INITIALIZING\n";
+    *status = Ready() ? 200 : 503;
+    return Ready() ? "LIVE\n" : (ready_ ? "INITIALIZING\n" : "PRE_INITIALIZING\n");
+  }
+  if (path == "/config_dump") {
+    *content_type = "application/json";
+    return config_dump_ ? config_dump_() : "{}\n";
   }
   if (path == "/stats") return StatsText();
   if (path == "/server_info") {
     *content_type = "application/json";
-    return absl::StrCat("{\"version\":\"rpx/0.1\",\"state\":\"", ready_ ? "LIVE" : "PRE_INITIALIZING",
+    return absl::StrCat("{\"version\":\"rpx/0.1\",\"state\":\"", Ready() ? "LIVE" : "INITIALIZING",
                         "\",\"node\":{\"id\":\"", config_.node_id, "\",\"cluster\":\"",
                         config_.node_cluster, "\"},\"concurrency\":", concurrency_, "}\n");
   }
@@ -91,7 +95,7 @@ std::string Admin::Handle(const RequestHead& head, int* status, std::string* con
     return "OK\n";
   }
   if (path == "/") {
-    return "rpx admin\n  /ready\n  /stats\n  /server_info\n  /quitquitquit (POST)\n";
+    return "rpx admin\n  /ready\n  /stats\n  /server_info\n  /config_dump\n  /quitquitquit (POST)\n";
   }
   *status = 404;
   return absl::StrCat("unknown admin path: ", path, "\n");
@@ -174,7 +178,8 @@ std::string Admin::StatsText() const {
 #undef RPX_HTTP_STAT
   }
   out["server.concurrency"] = concurrency_;
-  out["server.live"] = ready_ ? 1 : 0;
+  out["server.live"] = Ready() ? 1 : 0;
+  if (ignored_fields_) out["control_plane.ignored_fields"] = ignored_fields_();
   std::string text;
   for (const auto& [k, v] : out) absl::StrAppend(&text, k, ": ", v, "\n");
   return text;

@@ -2,6 +2,8 @@
 //   GET /ready   200 "LIVE" once serving
 //   GET /stats   plain-text counters and gauges, summed over workers ("name: value" lines)
 //   GET /server_info  JSON: version, state, node, concurrency
+//   GET /config_dump  JSON: active listeners, routes, clusters, endpoints (version, time applied)
+//                     and the xDS state with the last NACK
 //   POST /quitquitquit  stops the server
 // It reuses the HTTP/1 ServerConnection with its own StreamHandler; it must be bound to loopback
 // in shipped configs (it can stop the server).
@@ -28,6 +30,13 @@ class Admin : public StreamHandlerFactory {
   // Takes ownership of the listening socket.
   void Start(int fd);
   void set_ready(bool ready) { ready_ = ready; }
+  // Readiness beyond "started" (xDS initialization), and the /config_dump body.
+  void set_hooks(std::function<bool()> initialized, std::function<std::string()> config_dump,
+                 std::function<uint64_t()> ignored_fields) {
+    initialized_ = std::move(initialized);
+    config_dump_ = std::move(config_dump);
+    ignored_fields_ = std::move(ignored_fields);
+  }
 
   std::unique_ptr<StreamHandler> CreateStream(ResponseEncoder& encoder) override;
   // The /stats text (exposed for tests).
@@ -40,6 +49,10 @@ class Admin : public StreamHandlerFactory {
   uint32_t concurrency_;
   std::function<void()> quit_;
   bool ready_ = false;
+  bool Ready() const { return ready_ && (!initialized_ || initialized_()); }
+  std::function<bool()> initialized_;
+  std::function<std::string()> config_dump_;
+  std::function<uint64_t()> ignored_fields_;
   std::shared_ptr<HttpConfig> http_config_;
   std::unique_ptr<Listener> listener_;
   absl::flat_hash_map<ServerConnection*, std::unique_ptr<ServerConnection>> connections_;

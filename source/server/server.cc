@@ -13,33 +13,34 @@
 #include "source/common/logger.h"
 #include "source/config/server_config.h"
 #include "source/config/supported_fields.h"
+#include "source/config/xds_client.h"
 #include "source/config/yaml_loader.h"
 #include "source/network/listener.h"
 #include "source/server/admin.h"
+#include "source/server/config_manager.h"
 #include "source/server/worker.h"
 
 namespace rpx {
 namespace {
 
 bool LoadConfig(const ServerOptions& options, uint32_t workers, bool resolve_dns,
-                ServerConfig* out) {
+                envoy::config::bootstrap::v3::Bootstrap* bootstrap, ServerConfig* out) {
   std::vector<std::string> errors;
-  envoy::config::bootstrap::v3::Bootstrap bootstrap;
-  bool ok = LoadYamlFile(options.config_path, &bootstrap, &errors);
+  bool ok = LoadYamlFile(options.config_path, bootstrap, &errors);
   if (ok) {
-    CheckSupportedFields(bootstrap, options.config_path + ": ", "", &errors);
+    CheckSupportedFields(*bootstrap, options.config_path + ": ", "", &errors);
     ok = errors.empty();
   }
   if (ok) {
-    if (!options.service_node.empty()) bootstrap.mutable_node()->set_id(options.service_node);
+    if (!options.service_node.empty()) bootstrap->mutable_node()->set_id(options.service_node);
     if (!options.service_cluster.empty()) {
-      bootstrap.mutable_node()->set_cluster(options.service_cluster);
+      bootstrap->mutable_node()->set_cluster(options.service_cluster);
     }
     BuildOptions bo;
     bo.stats_slots = workers;
     bo.resolve_dns = resolve_dns;
     bo.source = options.config_path;
-    ok = BuildServerConfig(bootstrap, bo, out, &errors);
+    ok = BuildServerConfig(*bootstrap, bo, out, &errors);
   }
   for (const auto& e : errors) fprintf(stderr, "error: %s\n", e.c_str());
   if (!errors.empty()) {
@@ -49,31 +50,10 @@ bool LoadConfig(const ServerOptions& options, uint32_t workers, bool resolve_dns
   return ok && errors.empty();
 }
 
-// Opens one socket per worker for `addr`. With port 0 the first socket picks the port and the
-// others reuse it.
-absl::StatusOr<std::vector<int>> OpenListenSockets(SocketAddress addr, bool reuse_port,
-                                                   uint32_t workers) {
-  std::vector<int> fds;
-  if (reuse_port && addr.port() != 0) {
-    // SO_REUSEPORT would let us share a port with a stranger's socket: check it is free first.
-    auto probe = OpenListenSocket(addr, false, 1);
-    if (!probe.ok()) return probe.status();
-    close(*probe);
-  }
-  uint32_t n = reuse_port ? workers : 1;
-  for (uint32_t i = 0; i < n; ++i) {
-    auto fd = OpenListenSocket(addr, reuse_port, 4096);
-    if (!fd.ok()) {
-      for (int f : fds) close(f);
-      return fd.status();
-    }
-    if (i == 0 && addr.port() == 0) {
-      socklen_t len = sizeof(addr.storage);
-      getsockname(*fd, reinterpret_cast<sockaddr*>(&addr.storage), &len);
-    }
-    fds.push_back(*fd);
-  }
-  return fds;
+// gRPC target for the xDS cluster's first endpoint.
+std::string GrpcTarget(const SocketAddress& a) {
+  return a.family() == AF_INET6 ? absl::StrCat("ipv6:", a.ToString())
+                                : absl::StrCat("ipv4:", a.ToString());
 }
 
 }  // namespace
@@ -81,8 +61,9 @@ absl::StatusOr<std::vector<int>> OpenListenSockets(SocketAddress addr, bool reus
 int RunServer(const ServerOptions& options) {
   uint32_t workers = options.concurrency;
   if (workers == 0) workers = std::max(1u, std::thread::hardware_concurrency());
-  auto config = std::make_shared<ServerConfig>();
-  if (!LoadConfig(options, workers, !options.validate_only, config.get())) return 1;
+  envoy::config::bootstrap::v3::Bootstrap bootstrap;
+  ServerConfig config;
+  if (!LoadConfig(options, workers, !options.validate_only, &bootstrap, &config)) return 1;
   if (options.validate_only) {
     printf("configuration '%s' OK\n", options.config_path.c_str());
     return 0;
@@ -96,73 +77,81 @@ int RunServer(const ServerOptions& options) {
   pthread_sigmask(SIG_BLOCK, &mask, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  // Sockets first: a bind failure is a startup error.
-  std::vector<std::vector<int>> per_listener;
-  for (const auto& l : config->listeners) {
-    auto fds = OpenListenSockets(l->address, l->reuse_port, workers);
-    if (!fds.ok()) {
-      fprintf(stderr, "error: listener '%s': %s\n", l->name.c_str(),
-              std::string(fds.status().message()).c_str());
-      for (auto& v : per_listener) {
-        for (int f : v) close(f);
-      }
-      return 1;
-    }
-    per_listener.push_back(*fds);
-  }
   Dispatcher main_dispatcher("main");
-  std::unique_ptr<Admin> admin;
   bool stopping = false;
   auto quit = [&] {
     if (stopping) return;
     stopping = true;
     main_dispatcher.Exit();
   };
-  if (config->admin_address) {
-    auto fd = OpenListenSocket(*config->admin_address, false, 128);
+  int admin_fd = -1;
+  if (config.admin_address) {
+    auto fd = OpenListenSocket(*config.admin_address, false, 128);
     if (!fd.ok()) {
       fprintf(stderr, "error: admin: %s\n", std::string(fd.status().message()).c_str());
       return 1;
     }
-    admin = std::make_unique<Admin>(main_dispatcher, *config, workers, quit);
-    admin->Start(*fd);
+    admin_fd = *fd;
   }
 
   std::vector<std::unique_ptr<Worker>> worker_list;
-  auto clusters = std::make_shared<const ClusterMap>(config->clusters);
+  auto clusters = std::make_shared<const ClusterMap>(config.clusters);
   for (uint32_t w = 0; w < workers; ++w) {
     worker_list.push_back(std::make_unique<Worker>(w));
     worker_list[w]->Start(clusters);
-    // Each worker gets its own socket per listener; a listener without SO_REUSEPORT has one
-    // socket, served by worker 0.
-    for (size_t i = 0; i < config->listeners.size(); ++i) {
-      int fd = w < per_listener[i].size() ? per_listener[i][w] : -1;
-      worker_list[w]->AddListener(config->listeners[i], fd);
-    }
+  }
+  auto stop_workers = [&] {
+    for (auto& w : worker_list) w->Stop();
+    worker_list.clear();
+  };
+  auto manager = std::make_unique<ConfigManager>(main_dispatcher, worker_list, bootstrap, config,
+                                                 workers, options.drain_time_ms);
+  std::string error;
+  // Sockets first: a bind failure is a startup error.
+  if (!manager->StartStatic(&error)) {
+    fprintf(stderr, "error: %s\n", error.c_str());
+    if (admin_fd >= 0) close(admin_fd);
+    manager.reset();
+    stop_workers();
+    return 1;
+  }
+  std::unique_ptr<Admin> admin;
+  if (admin_fd >= 0) {
+    admin = std::make_unique<Admin>(main_dispatcher, manager->current(), workers, quit);
+    ConfigManager* m = manager.get();
+    admin->set_hooks([m] { return m->initialized(); }, [m] { return m->ConfigDumpJson(); },
+                     [m] { return m->ignored_fields(); });
+    admin->Start(admin_fd);
   }
 
-  // DNS refresh for STRICT_DNS clusters, on the main thread.
+  std::unique_ptr<XdsClient> xds;
+  if (config.xds.enabled) {
+    const ClusterEntry& cluster = config.clusters.at(config.xds.cluster);
+    XdsClientOptions xo;
+    xo.target = GrpcTarget((*cluster.hosts)[0]->address);
+    xo.delta = config.xds.delta;
+    *xo.node.mutable_id() = bootstrap.node().id();
+    xo.node = bootstrap.node();
+    xo.node.set_user_agent_name("rpx");
+    xds = std::make_unique<XdsClient>(main_dispatcher, xo, *manager);
+    manager->set_xds(xds.get());
+    RPX_LOG(kInfo, "xDS: %s ADS to %s (cluster '%s')", xo.delta ? "delta" : "state-of-the-world",
+            xo.target, config.xds.cluster);
+    xds->Start(config.xds.lds, config.xds.cds);
+  }
+
+  // DNS refresh for static STRICT_DNS clusters, on the main thread.
   std::vector<std::unique_ptr<Timer>> dns_timers;
-  for (size_t i = 0; i < config->dns_clusters.size(); ++i) {
+  for (size_t i = 0; i < config.dns_clusters.size(); ++i) {
     auto t = main_dispatcher.CreateTimer([&, i] {
-      const DnsCluster& dns = config->dns_clusters[i];
+      const DnsCluster& dns = config.dns_clusters[i];
       std::vector<std::string> errors;
       auto hosts = ResolveDnsCluster(dns, &errors);
       for (const auto& e : errors) RPX_LOG(kWarn, "cluster '%s': %s", dns.cluster, e);
-      ClusterEntry& entry = config->clusters[dns.cluster];
-      bool changed = hosts->size() != entry.hosts->size();
-      for (size_t h = 0; !changed && h < hosts->size(); ++h) {
-        changed = !((*hosts)[h]->address == (*entry.hosts)[h]->address);
-      }
-      if (changed && !(hosts->empty() && !errors.empty())) {
-        RPX_LOG(kInfo, "cluster '%s': %zu hosts after DNS refresh", dns.cluster, hosts->size());
-        entry.hosts = hosts;
-        auto snapshot = std::make_shared<const ClusterMap>(config->clusters);
-        for (auto& w : worker_list) w->UpdateClusters(snapshot);
-      }
+      if (!(hosts->empty() && !errors.empty())) manager->UpdateStaticHosts(dns.cluster, hosts);
       dns_timers[i]->Enable(dns.refresh_ms);
     });
-    t->Enable(config->dns_clusters[i].refresh_ms);
+    t->Enable(config.dns_clusters[i].refresh_ms);
     dns_timers.push_back(std::move(t));
   }
 
@@ -179,18 +168,20 @@ int RunServer(const ServerOptions& options) {
       FileEvent::kRead);
 
   if (admin) admin->set_ready(true);
-  for (const auto& l : config->listeners) {
+  for (const auto& l : config.listeners) {
     RPX_LOG(kInfo, "listener '%s' on %s", l->name, l->address.ToString());
   }
   RPX_LOG(kInfo, "rpx started with %u worker%s", workers, workers == 1 ? "" : "s");
   main_dispatcher.Run();
 
-  for (auto& w : worker_list) w->Stop();
-  worker_list.clear();
+  if (xds) xds->Stop();
+  stop_workers();
   dns_timers.clear();
   signal_event.reset();
   close(sfd);
   admin.reset();
+  manager.reset();
+  xds.reset();
   RPX_LOG(kInfo, "rpx stopped");
   return 0;
 }

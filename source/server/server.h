@@ -15,6 +15,7 @@ struct ServerOptions {
   bool validate_only = false;
   std::string service_node;
   std::string service_cluster;
+  uint64_t drain_time_ms = 5000;  // how long a removed listener's connections may finish
 };
 
 // Runs until stopped; returns the process exit code. Errors go to stderr.

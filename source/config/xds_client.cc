@@ -1,0 +1,354 @@
+#include "source/config/xds_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "source/common/logger.h"
+
+namespace rpx {
+namespace {
+
+using envoy::service::discovery::v3::AggregatedDiscoveryService;
+using envoy::service::discovery::v3::DeltaDiscoveryRequest;
+using envoy::service::discovery::v3::DeltaDiscoveryResponse;
+using envoy::service::discovery::v3::DiscoveryRequest;
+using envoy::service::discovery::v3::DiscoveryResponse;
+
+constexpr uint64_t kBackoffBaseMs = 500;
+constexpr uint64_t kBackoffMaxMs = 30000;
+
+bool IsWildcardType(const std::string& type_url) {
+  return type_url == kListenerType || type_url == kClusterType;
+}
+
+std::string ShortType(const std::string& type_url) {
+  if (type_url == kListenerType) return "LDS";
+  if (type_url == kRouteType) return "RDS";
+  if (type_url == kClusterType) return "CDS";
+  if (type_url == kEndpointType) return "EDS";
+  return type_url;
+}
+
+// Resource name from the packed message's `name` (or `cluster_name` for endpoints).
+std::string NameOf(const std::string& type_url, const google::protobuf::Any& any) {
+  // Avoid unpacking: the name is field 1 of all four types, a length-delimited string.
+  const std::string& b = any.value();
+  size_t pos = 0;
+  while (pos < b.size()) {
+    uint64_t key = 0;
+    int shift = 0;
+    while (pos < b.size()) {
+      uint8_t c = b[pos++];
+      key |= static_cast<uint64_t>(c & 0x7f) << shift;
+      if (!(c & 0x80)) break;
+      shift += 7;
+    }
+    uint32_t field = key >> 3, wire = key & 7;
+    uint64_t len = 0;
+    if (wire == 2) {
+      shift = 0;
+      while (pos < b.size()) {
+        uint8_t c = b[pos++];
+        len |= static_cast<uint64_t>(c & 0x7f) << shift;
+        if (!(c & 0x80)) break;
+        shift += 7;
+      }
+      if (field == 1) return b.substr(pos, len);
+      pos += len;
+    } else if (wire == 0) {
+      while (pos < b.size() && (b[pos++] & 0x80)) {
+      }
+    } else if (wire == 1) {
+      pos += 8;
+    } else if (wire == 5) {
+      pos += 4;
+    } else {
+      break;
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+XdsClient::XdsClient(Dispatcher& main, XdsClientOptions options, XdsApplier& applier)
+    : main_(main), options_(std::move(options)), applier_(applier) {}
+
+XdsClient::~XdsClient() { Stop(); }
+
+void XdsClient::Start(bool lds, bool cds) {
+  // Envoy's order: clusters (and their endpoints) before listeners (and their routes).
+  if (cds) {
+    types_[kClusterType].subscribed = true;
+    types_[kClusterType].wildcard = true;
+  }
+  if (lds) {
+    types_[kListenerType].subscribed = true;
+    types_[kListenerType].wildcard = true;
+  }
+  thread_ = std::thread([this] { StreamLoop(); });
+}
+
+void XdsClient::Stop() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+    if (context_) context_->TryCancel();
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void XdsClient::StreamLoop() {
+  auto channel = grpc::CreateChannel(options_.target, grpc::InsecureChannelCredentials());
+  auto stub = AggregatedDiscoveryService::NewStub(channel);
+  std::mt19937_64 rng(std::random_device{}());
+  uint64_t backoff = kBackoffBaseMs;
+  uint64_t generation = 0;
+  while (true) {
+    auto ctx = std::make_shared<grpc::ClientContext>();
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (stopping_) return;
+      context_ = ctx;
+      ++generation;
+      stream_generation_ = generation;
+      if (options_.delta) {
+        delta_ = stub->DeltaAggregatedResources(ctx.get());
+      } else {
+        sotw_ = stub->StreamAggregatedResources(ctx.get());
+      }
+    }
+    main_.Post([this, generation] { OnConnected(generation); });
+    bool got_response = false;
+    if (options_.delta) {
+      auto r = std::make_shared<DeltaDiscoveryResponse>();
+      while (delta_->Read(r.get())) {
+        got_response = true;
+        main_.Post([this, generation, r] { OnDeltaResponse(generation, r); });
+        r = std::make_shared<DeltaDiscoveryResponse>();
+      }
+    } else {
+      auto r = std::make_shared<DiscoveryResponse>();
+      while (sotw_->Read(r.get())) {
+        got_response = true;
+        main_.Post([this, generation, r] { OnSotwResponse(generation, r); });
+        r = std::make_shared<DiscoveryResponse>();
+      }
+    }
+    grpc::Status status;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stream_generation_ = 0;  // no more writes to this stream
+      status = options_.delta ? delta_->Finish() : sotw_->Finish();
+      delta_.reset();
+      sotw_.reset();
+      context_.reset();
+      if (stopping_) return;
+    }
+    RPX_LOG(kWarn, "xDS stream to %s closed: %s (%s)", options_.target,
+            status.error_message().empty() ? "no message" : status.error_message(),
+            got_response ? "had responses" : "no response");
+    main_.Post([this, generation] { OnDisconnected(generation); });
+    if (got_response) backoff = kBackoffBaseMs;  // Envoy resets the backoff after a response
+    // Full jitter over [base/2, backoff].
+    std::uniform_int_distribution<uint64_t> dist(backoff / 2, backoff);
+    uint64_t wait = dist(rng);
+    backoff = std::min(backoff * 2, kBackoffMaxMs);
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait_for(l, std::chrono::milliseconds(wait), [this] { return stopping_; });
+    if (stopping_) return;
+  }
+}
+
+void XdsClient::OnConnected(uint64_t generation) {
+  generation_ = generation;
+  connected_ = true;
+  ++reconnects_;
+  applier_.OnStreamState(true);
+  // (Re)subscribe every type, CDS first.
+  for (const char* t : {kClusterType, kEndpointType, kListenerType, kRouteType}) {
+    auto it = types_.find(t);
+    if (it == types_.end() || !it->second.subscribed) continue;
+    it->second.nonce.clear();
+    it->second.sent_names.clear();
+    SendRequest(t, "");
+  }
+}
+
+void XdsClient::OnDisconnected(uint64_t generation) {
+  if (generation != generation_) return;
+  connected_ = false;
+  applier_.OnStreamState(false);
+}
+
+void XdsClient::SetNames(const std::string& type_url, const std::set<std::string>& names) {
+  TypeState& st = types_[type_url];
+  if (st.subscribed && st.names == names) return;
+  bool was_subscribed = st.subscribed;
+  st.subscribed = !names.empty() || was_subscribed;
+  st.names = names;
+  // Resources no longer named are forgotten (Envoy drops RDS/EDS resources nobody references).
+  for (auto it = st.resources.begin(); it != st.resources.end();) {
+    if (!names.count(it->first)) {
+      it = st.resources.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  if (connected_) SendRequest(type_url, "");
+}
+
+void XdsClient::Write(const DiscoveryRequest& r) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (!sotw_ || stream_generation_ != generation_) return;
+  sotw_->Write(r);
+}
+
+void XdsClient::WriteDelta(const DeltaDiscoveryRequest& r) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (!delta_ || stream_generation_ != generation_) return;
+  delta_->Write(r);
+}
+
+void XdsClient::SendRequest(const std::string& type_url, const std::string& error) {
+  TypeState& st = types_[type_url];
+  if (!options_.delta) {
+    DiscoveryRequest r;
+    r.set_version_info(st.version);
+    *r.mutable_node() = options_.node;
+    r.set_type_url(type_url);
+    r.set_response_nonce(st.nonce);
+    if (!st.wildcard) {
+      for (const auto& n : st.names) r.add_resource_names(n);
+    }
+    if (!error.empty()) {
+      r.mutable_error_detail()->set_code(3);  // INVALID_ARGUMENT
+      r.mutable_error_detail()->set_message(error);
+    }
+    Write(r);
+    return;
+  }
+  DeltaDiscoveryRequest r;
+  *r.mutable_node() = options_.node;
+  r.set_type_url(type_url);
+  r.set_response_nonce(st.nonce);
+  if (st.nonce.empty()) {
+    // First request of this type on this stream: the whole subscription, and what we have.
+    if (!st.wildcard) {
+      for (const auto& n : st.names) r.add_resource_names_subscribe(n);
+    }
+    for (const auto& [name, res] : st.resources) {
+      (*r.mutable_initial_resource_versions())[name] = res.version;
+    }
+    st.sent_names = st.names;
+  } else if (!st.wildcard) {
+    for (const auto& n : st.names) {
+      if (!st.sent_names.count(n)) r.add_resource_names_subscribe(n);
+    }
+    for (const auto& n : st.sent_names) {
+      if (!st.names.count(n)) r.add_resource_names_unsubscribe(n);
+    }
+    st.sent_names = st.names;
+  }
+  if (!error.empty()) {
+    r.mutable_error_detail()->set_code(3);
+    r.mutable_error_detail()->set_message(error);
+  }
+  WriteDelta(r);
+}
+
+void XdsClient::Finish(const std::string& type_url, const std::string& version,
+                       const std::string& nonce, const XdsResourceMap& candidate,
+                       const std::string& error, TypeState& st) {
+  TypeStatus& status = status_[type_url];
+  st.nonce = nonce;
+  if (error.empty()) {
+    st.resources = candidate;
+    st.version = version;
+    status.version = version;
+    ++status.updates;
+    RPX_LOG(kInfo, "xDS %s version %s applied (%zu resources)", ShortType(type_url), version,
+            candidate.size());
+  } else {
+    ++status.nacks;
+    status.last_nack = error;
+    RPX_LOG(kWarn, "xDS %s version %s rejected: %s", ShortType(type_url), version, error);
+  }
+  SendRequest(type_url, error);
+}
+
+void XdsClient::OnSotwResponse(uint64_t generation, std::shared_ptr<DiscoveryResponse> r) {
+  if (generation != generation_) return;
+  const std::string& type_url = r->type_url();
+  auto it = types_.find(type_url);
+  if (it == types_.end() || !it->second.subscribed) {
+    RPX_LOG(kWarn, "xDS: ignoring a response for unrequested type %s", type_url);
+    return;
+  }
+  TypeState& st = it->second;
+  XdsResourceMap candidate;
+  if (!IsWildcardType(type_url)) candidate = st.resources;  // never deleted by absence
+  std::string error;
+  std::set<std::string> seen;
+  for (const auto& any : r->resources()) {
+    if (any.type_url() != type_url) {
+      error = absl::StrCat("resource of type ", any.type_url(), " in a ", type_url, " response");
+      break;
+    }
+    std::string name = NameOf(type_url, any);
+    if (name.empty()) {
+      error = "a resource has no name";
+      break;
+    }
+    if (!seen.insert(name).second) {
+      error = absl::StrCat("resource '", name, "' appears twice in the response");
+      break;
+    }
+    if (!IsWildcardType(type_url) && !st.names.count(name)) continue;  // not (or no longer) wanted
+    candidate[name] = XdsResource{r->version_info(), any};
+  }
+  if (error.empty()) error = applier_.Apply(type_url, candidate, r->version_info());
+  Finish(type_url, r->version_info(), r->nonce(), candidate, error, st);
+}
+
+void XdsClient::OnDeltaResponse(uint64_t generation, std::shared_ptr<DeltaDiscoveryResponse> r) {
+  if (generation != generation_) return;
+  const std::string& type_url = r->type_url();
+  auto it = types_.find(type_url);
+  if (it == types_.end() || !it->second.subscribed) {
+    RPX_LOG(kWarn, "xDS: ignoring a delta response for unrequested type %s", type_url);
+    return;
+  }
+  TypeState& st = it->second;
+  XdsResourceMap candidate = st.resources;
+  std::string error;
+  std::set<std::string> seen;
+  for (const auto& res : r->resources()) {
+    const std::string& name = res.name();
+    if (name.empty()) {
+      error = "a resource has no name";
+      break;
+    }
+    if (!seen.insert(name).second) {
+      error = absl::StrCat("resource '", name, "' appears twice in the response");
+      break;
+    }
+    if (!res.has_resource()) continue;  // a name-only entry (e.g. a TTL refresh)
+    if (res.resource().type_url() != type_url) {
+      error = absl::StrCat("resource '", name, "' has type ", res.resource().type_url());
+      break;
+    }
+    candidate[name] = XdsResource{res.version(), res.resource()};
+  }
+  for (const auto& name : r->removed_resources()) candidate.erase(name);
+  if (error.empty()) error = applier_.Apply(type_url, candidate, r->system_version_info());
+  Finish(type_url, r->system_version_info(), r->nonce(), candidate, error, st);
+}
+
+}  // namespace rpx

@@ -1,0 +1,633 @@
+#include "source/server/config_manager.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "google/protobuf/util/json_util.h"
+#include "source/common/logger.h"
+#include "source/config/supported_fields.h"
+#include "source/network/listener.h"
+
+namespace rpx {
+namespace {
+
+int64_t WallMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string Json(const google::protobuf::Message& m) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions o;
+  o.preserve_proto_field_names = true;
+  if (!google::protobuf::util::MessageToJsonString(m, &out, o).ok()) return "null";
+  return out;
+}
+
+std::string Quote(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      snprintf(buf, sizeof(buf), "\\u%04x", c);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+std::string Errors(const std::vector<std::string>& errors) { return absl::StrJoin(errors, "; "); }
+
+}  // namespace
+
+ConfigManager::ConfigManager(Dispatcher& main, std::vector<std::unique_ptr<Worker>>& workers,
+                             const envoy::config::bootstrap::v3::Bootstrap& bootstrap,
+                             ServerConfig& config, uint32_t concurrency, uint64_t drain_ms)
+    : main_(main),
+      workers_(workers),
+      bootstrap_(bootstrap),
+      config_(config),
+      concurrency_(concurrency),
+      drain_ms_(drain_ms) {
+  static_clusters_ = config_.clusters;
+  if (config_.xds.enabled) {
+    init_timer_ = main_.CreateTimer([this] {
+      if (!initialized()) RPX_LOG(kWarn, "xDS: initial fetch timed out; serving what has arrived");
+      init_timed_out_ = true;
+    });
+    init_timer_->Enable(config_.xds.initial_fetch_timeout_ms);
+  }
+}
+
+ConfigManager::~ConfigManager() {
+  for (auto& [name, l] : listeners_) {
+    for (int fd : l.pending_fds) close(fd);
+  }
+}
+
+BuildOptions ConfigManager::Options(const std::string& source) const {
+  BuildOptions o;
+  o.stats_slots = concurrency_;
+  o.source = source;
+  return o;
+}
+
+bool ConfigManager::OpenSockets(const ListenerConfig& l, std::vector<int>* fds,
+                                std::string* error) {
+  auto r = OpenWorkerSockets(l.address, l.reuse_port, concurrency_);
+  if (!r.ok()) {
+    *error = std::string(r.status().message());
+    return false;
+  }
+  *fds = *r;
+  return true;
+}
+
+bool ConfigManager::StartStatic(std::string* error) {
+  std::vector<std::pair<std::shared_ptr<const ListenerConfig>, std::vector<int>>> opened;
+  for (const auto& l : config_.listeners) {
+    std::vector<int> fds;
+    std::string err;
+    if (!OpenSockets(*l, &fds, &err)) {
+      *error = absl::StrCat("listener '", l->name, "': ", err);
+      for (auto& [c, f] : opened) {
+        for (int fd : f) close(fd);
+      }
+      return false;
+    }
+    opened.emplace_back(l, std::move(fds));
+  }
+  for (auto& [l, fds] : opened) {
+    if (!l->rds_name.empty()) {
+      // A static listener with RDS warms like a dynamic one.
+      DynListener& d = listeners_[l->name];
+      d.is_static = true;
+      d.pending = l;
+      d.pending_fds = std::move(fds);
+      std::string name = l->name;
+      d.warm_timer = main_.CreateTimer([this, name] { TryActivate(name, true); });
+      d.warm_timer->Enable(l->initial_fetch_timeout_ms);
+      continue;
+    }
+    static_listeners_.push_back(l);
+    for (size_t w = 0; w < workers_.size(); ++w) {
+      workers_[w]->AddListener(l, w < fds.size() ? fds[w] : -1);
+    }
+  }
+  RebuildListenerList();
+  RefreshRdsNames();
+  return true;
+}
+
+std::string ConfigManager::Apply(const std::string& type_url, const XdsResourceMap& resources,
+                                 const std::string& version) {
+  if (type_url == kClusterType) return ApplyClusters(resources, version);
+  if (type_url == kEndpointType) return ApplyEndpoints(resources, version);
+  if (type_url == kListenerType) return ApplyListeners(resources, version);
+  if (type_url == kRouteType) return ApplyRoutes(resources, version);
+  return absl::StrCat("unsupported type ", type_url);
+}
+
+std::string ConfigManager::ApplyClusters(const XdsResourceMap& resources,
+                                         const std::string& version) {
+  std::vector<std::string> errors;
+  std::map<std::string, ClusterEntry> built;  // new or changed clusters
+  uint64_t ignored = 0;
+  for (const auto& [name, res] : resources) {
+    std::string path = absl::StrCat("Cluster '", name, "'");
+    auto old = clusters_.find(name);
+    if (old != clusters_.end() && old->second.bytes == res.resource.value()) continue;
+    if (static_clusters_.contains(name)) {
+      errors.push_back(absl::StrCat(path, ": a static cluster has this name"));
+      continue;
+    }
+    envoy::config::cluster::v3::Cluster c;
+    if (!res.resource.UnpackTo(&c)) {
+      errors.push_back(absl::StrCat(path, ": cannot decode"));
+      continue;
+    }
+    size_t before = errors.size();
+    CheckDynamicFields(c, "", path, &errors, &ignored);
+    if (errors.size() != before) continue;
+    ClusterEntry e;
+    std::optional<DnsCluster> dns;
+    std::vector<std::string> build_errors;
+    if (!BuildCluster(c, path, Options(""), &e, &dns, &build_errors)) {
+      for (auto& m : build_errors) errors.push_back(m.substr(m.find(path)));
+      continue;
+    }
+    if (e.info->http2) {
+      errors.push_back(absl::StrCat(path, ": HTTP/2 upstreams are not implemented yet"));
+      continue;
+    }
+    if (dns) {
+      std::vector<std::string> dns_errors;
+      e.hosts = ResolveDnsCluster(*dns, &dns_errors);
+      for (const auto& m : dns_errors) RPX_LOG(kWarn, "%s: %s", path, m);
+    }
+    built[name] = std::move(e);
+  }
+  if (!errors.empty()) return Errors(errors);
+  ignored_fields_ += ignored;
+
+  std::map<std::string, DynCluster> next;
+  for (const auto& [name, res] : resources) {
+    auto old = clusters_.find(name);
+    auto b = built.find(name);
+    if (b == built.end()) {
+      next[name] = std::move(old->second);  // unchanged
+      continue;
+    }
+    DynCluster d;
+    d.bytes = res.resource.value();
+    res.resource.UnpackTo(&d.proto);
+    d.version = version;
+    d.updated_ms = WallMs();
+    d.entry = std::move(b->second);
+    if (old != clusters_.end() && old->second.has_serving) {
+      // Until the new form is warm, the old one keeps serving.
+      d.serving = old->second.serving;
+      d.has_serving = true;
+    }
+    if (d.entry.info->eds) {
+      auto ep = endpoints_.find(d.entry.info->eds_service_name);
+      if (ep != endpoints_.end()) {
+        d.entry.hosts = ep->second.hosts;
+        d.warm = true;
+      }
+    } else {
+      d.warm = true;
+    }
+    if (d.warm) {
+      d.serving = d.entry;
+      d.has_serving = true;
+    } else {
+      d.warm_timer = main_.CreateTimer([this, name] {
+        auto it = clusters_.find(name);
+        if (it == clusters_.end() || it->second.warm) return;
+        RPX_LOG(kWarn, "cluster '%s': no endpoints within initial_fetch_timeout", name);
+        it->second.warm = true;
+        it->second.serving = it->second.entry;
+        it->second.has_serving = true;
+        PublishClusters();
+      });
+      d.warm_timer->Enable(config_.xds.initial_fetch_timeout_ms);
+    }
+    next[name] = std::move(d);
+  }
+  clusters_ = std::move(next);
+  cds_applied_ = true;
+  RefreshEdsNames();
+  PublishClusters();
+  return "";
+}
+
+std::string ConfigManager::ApplyEndpoints(const XdsResourceMap& resources,
+                                          const std::string& version) {
+  std::vector<std::string> errors;
+  std::map<std::string, Endpoints> next;
+  uint64_t ignored = 0;
+  for (const auto& [name, res] : resources) {
+    auto old = endpoints_.find(name);
+    if (old != endpoints_.end() && old->second.bytes == res.resource.value()) {
+      next[name] = old->second;
+      continue;
+    }
+    std::string path = absl::StrCat("ClusterLoadAssignment '", name, "'");
+    Endpoints e;
+    if (!res.resource.UnpackTo(&e.proto)) {
+      errors.push_back(absl::StrCat(path, ": cannot decode"));
+      continue;
+    }
+    size_t before = errors.size();
+    CheckDynamicFields(e.proto, "", path, &errors, &ignored);
+    if (errors.size() != before) continue;
+    std::vector<std::string> build_errors;
+    e.hosts = BuildHostSet(e.proto, path, &build_errors);
+    if (!e.hosts) {
+      for (auto& m : build_errors) errors.push_back(m.substr(m.find(path)));
+      continue;
+    }
+    e.bytes = res.resource.value();
+    e.version = version;
+    e.updated_ms = WallMs();
+    next[name] = std::move(e);
+  }
+  if (!errors.empty()) return Errors(errors);
+  ignored_fields_ += ignored;
+  endpoints_ = std::move(next);
+  for (auto& [name, d] : clusters_) {
+    if (!d.entry.info->eds) continue;
+    auto ep = endpoints_.find(d.entry.info->eds_service_name);
+    std::shared_ptr<const HostSet> hosts =
+        ep != endpoints_.end() ? ep->second.hosts : std::make_shared<const HostSet>();
+    if (ep == endpoints_.end() && !d.warm) continue;  // still waiting for its first assignment
+    d.entry.hosts = hosts;  // same ClusterInfo: workers keep pools of hosts that stay
+    d.warm = true;
+    if (d.warm_timer) d.warm_timer->Disable();
+    d.serving = d.entry;
+    d.has_serving = true;
+  }
+  PublishClusters();
+  return "";
+}
+
+void ConfigManager::PublishClusters() {
+  ClusterMap m = static_clusters_;
+  for (const auto& [name, d] : clusters_) {
+    if (d.has_serving) m[name] = d.serving;
+  }
+  config_.clusters = m;
+  auto snapshot = std::make_shared<const ClusterMap>(std::move(m));
+  for (auto& w : workers_) w->UpdateClusters(snapshot);
+}
+
+void ConfigManager::UpdateStaticHosts(const std::string& cluster,
+                                      std::shared_ptr<const HostSet> hosts) {
+  auto it = static_clusters_.find(cluster);
+  if (it == static_clusters_.end()) return;
+  const HostSet& old = *it->second.hosts;
+  bool changed = old.size() != hosts->size();
+  for (size_t i = 0; !changed && i < old.size(); ++i) {
+    changed = !(old[i]->address == (*hosts)[i]->address);
+  }
+  if (!changed) return;
+  RPX_LOG(kInfo, "cluster '%s': %zu hosts after DNS refresh", cluster, hosts->size());
+  it->second.hosts = std::move(hosts);
+  PublishClusters();
+}
+
+void ConfigManager::RefreshEdsNames() {
+  if (!xds_) return;
+  std::set<std::string> names;
+  for (const auto& [name, d] : clusters_) {
+    if (d.entry.info->eds) names.insert(d.entry.info->eds_service_name);
+  }
+  xds_->SetNames(kEndpointType, names);
+  // Assignments nobody asks for any more are dropped.
+  for (auto it = endpoints_.begin(); it != endpoints_.end();) {
+    it = names.count(it->first) ? std::next(it) : endpoints_.erase(it);
+  }
+}
+
+std::string ConfigManager::ApplyListeners(const XdsResourceMap& resources,
+                                          const std::string& version) {
+  std::vector<std::string> errors;
+  struct Built {
+    std::shared_ptr<const ListenerConfig> config;
+    std::vector<int> fds;  // new sockets, when the address is new
+    bool reuse_pending_fds = false;
+  };
+  std::map<std::string, Built> built;
+  uint64_t ignored = 0;
+  std::map<std::string, std::string> addresses;  // address -> listener, within this update
+  for (const auto& l : static_listeners_) addresses[l->address.ToString()] = l->name;
+  auto close_built = [&] {
+    for (auto& [n, b] : built) {
+      for (int fd : b.fds) close(fd);
+    }
+  };
+  for (const auto& [name, res] : resources) {
+    std::string path = absl::StrCat("Listener '", name, "'");
+    auto old = listeners_.find(name);
+    bool is_static_name = old != listeners_.end() && old->second.is_static;
+    for (const auto& l : static_listeners_) is_static_name |= l->name == name;
+    if (is_static_name) {
+      errors.push_back(absl::StrCat(path, ": a static listener has this name"));
+      continue;
+    }
+    if (old != listeners_.end() && old->second.bytes == res.resource.value()) {
+      const auto& cur = old->second.pending ? old->second.pending : old->second.active;
+      if (cur) addresses[cur->address.ToString()] = name;
+      continue;
+    }
+    envoy::config::listener::v3::Listener l;
+    if (!res.resource.UnpackTo(&l)) {
+      errors.push_back(absl::StrCat(path, ": cannot decode"));
+      continue;
+    }
+    size_t before = errors.size();
+    CheckDynamicFields(l, "", path, &errors, &ignored);
+    if (errors.size() != before) continue;
+    std::vector<std::string> build_errors;
+    auto cfg = BuildListener(l, path, Options(""), &build_errors);
+    if (!cfg) {
+      for (auto& m : build_errors) errors.push_back(m.substr(m.find(path)));
+      continue;
+    }
+    std::string addr = cfg->address.ToString();
+    auto [pos, fresh] = addresses.emplace(addr, name);
+    if (!fresh && cfg->address.port() != 0) {
+      errors.push_back(
+          absl::StrCat(path, ": address ", addr, " is already used by listener '", pos->second, "'"));
+      continue;
+    }
+    Built b;
+    b.config = cfg;
+    const DynListener* o = old != listeners_.end() ? &old->second : nullptr;
+    if (o && o->pending && !o->pending_fds.empty() && o->pending->address == cfg->address) {
+      b.reuse_pending_fds = true;
+    } else if (!(o && o->active && o->active->address == cfg->address)) {
+      std::string err;
+      if (!OpenSockets(*cfg, &b.fds, &err)) {
+        errors.push_back(absl::StrCat(path, ": ", err));
+        continue;
+      }
+    }
+    built[name] = std::move(b);
+  }
+  if (!errors.empty()) {
+    close_built();
+    return Errors(errors);
+  }
+  ignored_fields_ += ignored;
+
+  std::map<std::string, DynListener> next;
+  // Listeners that disappear stop accepting and drain (static ones stay).
+  for (auto& [name, d] : listeners_) {
+    if (resources.count(name) || d.is_static) continue;
+    if (d.active) {
+      RPX_LOG(kInfo, "listener '%s' removed: draining", name);
+      for (auto& w : workers_) w->RemoveListener(name, drain_ms_);
+    }
+    for (int fd : d.pending_fds) close(fd);
+    d.pending_fds.clear();
+  }
+  for (auto& [name, d] : listeners_) {
+    if (d.is_static) next[name] = std::move(d);
+  }
+  for (const auto& [name, res] : resources) {
+    auto old = listeners_.find(name);
+    auto b = built.find(name);
+    if (b == built.end()) {
+      next[name] = std::move(old->second);
+      continue;
+    }
+    DynListener d;
+    d.bytes = res.resource.value();
+    res.resource.UnpackTo(&d.proto);
+    d.version = version;
+    d.updated_ms = WallMs();
+    if (old != listeners_.end()) {
+      d.active = old->second.active;  // keeps serving until the new form is ready
+      if (b->second.reuse_pending_fds) {
+        d.pending_fds = std::move(old->second.pending_fds);
+      } else {
+        for (int fd : old->second.pending_fds) close(fd);
+      }
+      old->second.pending_fds.clear();
+    }
+    d.pending = b->second.config;
+    if (!b->second.reuse_pending_fds) d.pending_fds = std::move(b->second.fds);
+    next[name] = std::move(d);
+  }
+  listeners_ = std::move(next);
+  lds_applied_ = true;
+  for (auto& [name, d] : listeners_) {
+    if (!d.pending) continue;
+    if (!d.warm_timer) {
+      std::string n = name;
+      d.warm_timer = main_.CreateTimer([this, n] { TryActivate(n, true); });
+    }
+    if (!d.pending->rds_name.empty() && !routes_.count(d.pending->rds_name)) {
+      d.warm_timer->Enable(d.pending->initial_fetch_timeout_ms);
+    }
+    TryActivate(name, false);
+  }
+  RefreshRdsNames();
+  RebuildListenerList();
+  return "";
+}
+
+void ConfigManager::TryActivate(const std::string& name, bool timed_out) {
+  auto it = listeners_.find(name);
+  if (it == listeners_.end() || !it->second.pending) return;
+  DynListener& d = it->second;
+  auto cfg = std::make_shared<ListenerConfig>(*d.pending);
+  if (!cfg->rds_name.empty()) {
+    auto r = routes_.find(cfg->rds_name);
+    if (r != routes_.end()) {
+      cfg->routes = r->second.table;
+    } else if (!timed_out) {
+      return;  // warming: waits for its RouteConfiguration
+    } else {
+      RPX_LOG(kWarn, "listener '%s': route config '%s' did not arrive in time; serving 404s", name,
+              cfg->rds_name);
+      envoy::config::route::v3::RouteConfiguration empty;
+      empty.set_name(cfg->rds_name);
+      cfg->routes = *RouteTable::Create(empty, "route_config");
+    }
+  }
+  ActivateListener(d, cfg, std::move(d.pending_fds));
+  RebuildListenerList();
+}
+
+void ConfigManager::ActivateListener(DynListener& d, std::shared_ptr<const ListenerConfig> config,
+                                     std::vector<int> fds) {
+  if (fds.empty() && d.active && d.active->address == config->address) {
+    for (auto& w : workers_) w->UpdateListener(config);
+  } else {
+    for (size_t w = 0; w < workers_.size(); ++w) {
+      workers_[w]->AddListener(config, w < fds.size() ? fds[w] : -1);
+    }
+    if (!fds.empty()) RPX_LOG(kInfo, "listener '%s' on %s", config->name, config->address.ToString());
+  }
+  d.active = config;
+  d.pending = nullptr;
+  d.pending_fds.clear();
+  if (d.warm_timer) d.warm_timer->Disable();
+}
+
+std::string ConfigManager::ApplyRoutes(const XdsResourceMap& resources,
+                                       const std::string& version) {
+  std::vector<std::string> errors;
+  std::map<std::string, Routes> next;
+  uint64_t ignored = 0;
+  for (const auto& [name, res] : resources) {
+    auto old = routes_.find(name);
+    if (old != routes_.end() && old->second.bytes == res.resource.value()) {
+      next[name] = old->second;
+      continue;
+    }
+    std::string path = absl::StrCat("RouteConfiguration '", name, "'");
+    Routes r;
+    if (!res.resource.UnpackTo(&r.proto)) {
+      errors.push_back(absl::StrCat(path, ": cannot decode"));
+      continue;
+    }
+    size_t before = errors.size();
+    CheckDynamicFields(r.proto, "", path, &errors, &ignored);
+    if (errors.size() != before) continue;
+    auto table = RouteTable::Create(r.proto, path);
+    if (!table.ok()) {
+      errors.push_back(std::string(table.status().message()));
+      continue;
+    }
+    r.table = *table;
+    r.bytes = res.resource.value();
+    r.version = version;
+    r.updated_ms = WallMs();
+    next[name] = std::move(r);
+  }
+  if (!errors.empty()) return Errors(errors);
+  ignored_fields_ += ignored;
+  routes_ = std::move(next);
+  for (auto& [name, d] : listeners_) {
+    if (d.pending) {
+      TryActivate(name, false);
+      continue;
+    }
+    if (!d.active || d.active->rds_name.empty()) continue;
+    auto r = routes_.find(d.active->rds_name);
+    if (r == routes_.end() || r->second.table == d.active->routes) continue;
+    // One immutable table swapped on every worker; requests in flight keep the old one.
+    auto cfg = std::make_shared<ListenerConfig>(*d.active);
+    cfg->routes = r->second.table;
+    for (auto& w : workers_) w->UpdateListener(cfg);
+    d.active = cfg;
+  }
+  RebuildListenerList();
+  return "";
+}
+
+void ConfigManager::RefreshRdsNames() {
+  if (!xds_) return;
+  std::set<std::string> names;
+  for (const auto& [name, d] : listeners_) {
+    const auto& c = d.pending ? d.pending : d.active;
+    if (c && !c->rds_name.empty()) names.insert(c->rds_name);
+  }
+  xds_->SetNames(kRouteType, names);
+  for (auto it = routes_.begin(); it != routes_.end();) {
+    it = names.count(it->first) ? std::next(it) : routes_.erase(it);
+  }
+}
+
+void ConfigManager::RebuildListenerList() {
+  config_.listeners = static_listeners_;
+  for (const auto& [name, d] : listeners_) {
+    if (d.active) config_.listeners.push_back(d.active);
+  }
+}
+
+bool ConfigManager::initialized() const {
+  if (!config_.xds.enabled) return true;
+  if (init_timed_out_) return true;
+  if (config_.xds.cds && !cds_applied_) return false;
+  if (config_.xds.lds && !lds_applied_) return false;
+  for (const auto& [name, d] : clusters_) {
+    if (!d.warm) return false;
+  }
+  for (const auto& [name, d] : listeners_) {
+    if (d.pending) return false;
+  }
+  return true;
+}
+
+std::string ConfigManager::ConfigDumpJson() const {
+  std::string out = "{\n";
+  auto item = [](const std::string& name, const std::string& version, int64_t updated,
+                 const std::string& state, const std::string& config) {
+    return absl::StrCat("    {\"name\": ", Quote(name), ", \"version\": ", Quote(version),
+                        ", \"last_updated_ms\": ", updated, ", \"state\": ", Quote(state),
+                        ", \"config\": ", config, "}");
+  };
+  std::vector<std::string> items;
+  for (const auto& l : bootstrap_.static_resources().listeners()) {
+    items.push_back(item(l.name(), "static", 0, "static", Json(l)));
+  }
+  for (const auto& [name, d] : listeners_) {
+    if (d.is_static) continue;
+    items.push_back(item(name, d.version, d.updated_ms,
+                         d.pending ? (d.active ? "updating" : "warming") : "active", Json(d.proto)));
+  }
+  absl::StrAppend(&out, "  \"listeners\": [\n", absl::StrJoin(items, ",\n"), "\n  ],\n");
+  items.clear();
+  for (const auto& [name, r] : routes_) {
+    items.push_back(item(name, r.version, r.updated_ms, "active", Json(r.proto)));
+  }
+  absl::StrAppend(&out, "  \"routes\": [\n", absl::StrJoin(items, ",\n"), "\n  ],\n");
+  items.clear();
+  for (const auto& c : bootstrap_.static_resources().clusters()) {
+    items.push_back(item(c.name(), "static", 0, "static", Json(c)));
+  }
+  for (const auto& [name, d] : clusters_) {
+    items.push_back(item(name, d.version, d.updated_ms, d.warm ? "active" : "warming",
+                         Json(d.proto)));
+  }
+  absl::StrAppend(&out, "  \"clusters\": [\n", absl::StrJoin(items, ",\n"), "\n  ],\n");
+  items.clear();
+  for (const auto& [name, e] : endpoints_) {
+    items.push_back(item(name, e.version, e.updated_ms, "active", Json(e.proto)));
+  }
+  absl::StrAppend(&out, "  \"endpoints\": [\n", absl::StrJoin(items, ",\n"), "\n  ],\n");
+  std::string last_nack = "null";
+  if (xds_) {
+    std::vector<std::string> status;
+    for (const auto& [type, s] : xds_->status()) {
+      status.push_back(absl::StrCat("    ", Quote(type), ": {\"version\": ", Quote(s.version),
+                                    ", \"updates\": ", s.updates, ", \"nacks\": ", s.nacks,
+                                    ", \"last_nack\": ", s.last_nack.empty() ? "null" : Quote(s.last_nack),
+                                    "}"));
+    }
+    absl::StrAppend(&out, "  \"xds\": {\"connected\": ", connected_ ? "true" : "false",
+                    ", \"ignored_fields\": ", ignored_fields_, ", \"types\": {\n",
+                    absl::StrJoin(status, ",\n"), "\n  }}\n");
+  } else {
+    absl::StrAppend(&out, "  \"xds\": null\n");
+  }
+  out += "}\n";
+  return out;
+}
+
+}  // namespace rpx

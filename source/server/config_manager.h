@@ -1,0 +1,128 @@
+// ConfigManager: the main thread's owner of the running configuration, static and dynamic. It
+// applies xDS updates (it is the XdsClient's applier) and publishes every change to the workers
+// as immutable snapshots.
+//
+// Rules it keeps:
+// - An update is validated completely before anything changes; a bad one is refused (NACK) and
+//   everything already accepted keeps serving.
+// - Make-before-break: a new cluster serves once its endpoints have arrived and a new listener
+//   once its routes have (or initial_fetch_timeout passed); an updated one keeps serving its old
+//   form until then. Endpoint updates keep the pools of hosts that stay.
+// - A removed listener stops accepting at once and drains its connections; a removed cluster's
+//   pools drain on the workers.
+// Main thread only.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "envoy/config/bootstrap/v3/bootstrap.pb.h"
+#include "source/config/server_config.h"
+#include "source/config/xds_client.h"
+#include "source/event/dispatcher.h"
+#include "source/server/worker.h"
+
+namespace rpx {
+
+class ConfigManager : public XdsApplier {
+ public:
+  ConfigManager(Dispatcher& main, std::vector<std::unique_ptr<Worker>>& workers,
+                const envoy::config::bootstrap::v3::Bootstrap& bootstrap, ServerConfig& config,
+                uint32_t concurrency, uint64_t drain_ms);
+  ~ConfigManager() override;
+
+  // Opens the static listeners' sockets and hands them to the workers. False on a bind error.
+  bool StartStatic(std::string* error);
+  void set_xds(XdsClient* xds) { xds_ = xds; }
+  // A static STRICT_DNS cluster was re-resolved.
+  void UpdateStaticHosts(const std::string& cluster, std::shared_ptr<const HostSet> hosts);
+
+  // XdsApplier
+  std::string Apply(const std::string& type_url, const XdsResourceMap& resources,
+                    const std::string& version) override;
+  void OnStreamState(bool connected) override { connected_ = connected; }
+
+  // True once the first CDS and LDS answers were applied and nothing is warming (or the initial
+  // fetch timeout passed): what /ready reports.
+  bool initialized() const;
+  std::string ConfigDumpJson() const;
+  uint64_t ignored_fields() const { return ignored_fields_; }
+  // The active configuration (listeners and clusters) as the admin handler sees it.
+  const ServerConfig& current() const { return config_; }
+
+ private:
+  struct DynCluster {
+    std::string bytes;  // serialized Cluster, to recognise unchanged resources
+    envoy::config::cluster::v3::Cluster proto;
+    ClusterEntry entry;    // the latest accepted form
+    ClusterEntry serving;  // what workers use (the previous form while the latest warms)
+    bool has_serving = false;
+    std::string version;
+    int64_t updated_ms = 0;
+    bool warm = false;
+    std::unique_ptr<Timer> warm_timer;
+  };
+  struct Endpoints {
+    std::string bytes;
+    envoy::config::endpoint::v3::ClusterLoadAssignment proto;
+    std::shared_ptr<const HostSet> hosts;
+    std::string version;
+    int64_t updated_ms = 0;
+  };
+  struct DynListener {
+    std::string bytes;
+    envoy::config::listener::v3::Listener proto;
+    std::shared_ptr<const ListenerConfig> active;   // serving now (nullptr: not yet)
+    std::shared_ptr<const ListenerConfig> pending;  // waiting for its routes
+    std::vector<int> pending_fds;                   // sockets opened for `pending`
+    std::string version;
+    int64_t updated_ms = 0;
+    std::unique_ptr<Timer> warm_timer;
+    bool is_static = false;  // from static_resources (RDS routes): LDS never removes it
+  };
+  struct Routes {
+    std::string bytes;
+    envoy::config::route::v3::RouteConfiguration proto;
+    std::shared_ptr<const RouteTable> table;
+    std::string version;
+    int64_t updated_ms = 0;
+  };
+
+  std::string ApplyClusters(const XdsResourceMap& resources, const std::string& version);
+  std::string ApplyEndpoints(const XdsResourceMap& resources, const std::string& version);
+  std::string ApplyListeners(const XdsResourceMap& resources, const std::string& version);
+  std::string ApplyRoutes(const XdsResourceMap& resources, const std::string& version);
+  void PublishClusters();
+  void RefreshEdsNames();
+  void RefreshRdsNames();
+  void TryActivate(const std::string& name, bool timed_out);
+  void ActivateListener(DynListener& l, std::shared_ptr<const ListenerConfig> config,
+                        std::vector<int> fds);
+  void RebuildListenerList();
+  bool OpenSockets(const ListenerConfig& l, std::vector<int>* fds, std::string* error);
+  BuildOptions Options(const std::string& source) const;
+
+  Dispatcher& main_;
+  std::vector<std::unique_ptr<Worker>>& workers_;
+  const envoy::config::bootstrap::v3::Bootstrap& bootstrap_;
+  ServerConfig& config_;  // config_.listeners / clusters: what is active now
+  uint32_t concurrency_;
+  uint64_t drain_ms_;
+  XdsClient* xds_ = nullptr;
+  bool connected_ = false;
+  ClusterMap static_clusters_;
+  std::vector<std::shared_ptr<const ListenerConfig>> static_listeners_;
+  std::map<std::string, DynCluster> clusters_;
+  std::map<std::string, Endpoints> endpoints_;
+  std::map<std::string, DynListener> listeners_;
+  std::map<std::string, Routes> routes_;
+  bool cds_applied_ = false;
+  bool lds_applied_ = false;
+  bool init_timed_out_ = false;
+  std::unique_ptr<Timer> init_timer_;
+  uint64_t ignored_fields_ = 0;
+};
+
+}  // namespace rpx
