@@ -105,7 +105,14 @@ void XdsClient::Stop() {
 }
 
 void XdsClient::StreamLoop() {
-  auto channel = grpc::CreateChannel(options_.target, grpc::InsecureChannelCredentials());
+  // The channel's own reconnect backoff (1 s growing 1.6x to 120 s by default) would stack on
+  // ours; keep it within Envoy's bounds so ours decides.
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, kBackoffBaseMs);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kBackoffBaseMs);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kBackoffMaxMs);
+  auto channel =
+      grpc::CreateCustomChannel(options_.target, grpc::InsecureChannelCredentials(), args);
   auto stub = AggregatedDiscoveryService::NewStub(channel);
   std::mt19937_64 rng(std::random_device{}());
   uint64_t backoff = kBackoffBaseMs;
@@ -177,6 +184,7 @@ void XdsClient::OnConnected(uint64_t generation) {
     if (it == types_.end() || !it->second.subscribed) continue;
     it->second.nonce.clear();
     it->second.sent_names.clear();
+    it->second.initial_sent = false;
     SendRequest(t, "");
   }
 }
@@ -238,8 +246,9 @@ void XdsClient::SendRequest(const std::string& type_url, const std::string& erro
   *r.mutable_node() = options_.node;
   r.set_type_url(type_url);
   r.set_response_nonce(st.nonce);
-  if (st.nonce.empty()) {
+  if (!st.initial_sent) {
     // First request of this type on this stream: the whole subscription, and what we have.
+    st.initial_sent = true;
     if (!st.wildcard) {
       for (const auto& n : st.names) r.add_resource_names_subscribe(n);
     }

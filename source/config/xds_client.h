@@ -88,6 +88,7 @@ class XdsClient {
     std::string nonce;    // last received
     XdsResourceMap resources;
     std::set<std::string> sent_names;  // delta: names the server knows we want
+    bool initial_sent = false;         // delta: this stream already had our first request
   };
   void StreamLoop();
   void OnConnected(uint64_t generation);

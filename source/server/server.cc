@@ -130,7 +130,6 @@ int RunServer(const ServerOptions& options) {
     XdsClientOptions xo;
     xo.target = GrpcTarget((*cluster.hosts)[0]->address);
     xo.delta = config.xds.delta;
-    *xo.node.mutable_id() = bootstrap.node().id();
     xo.node = bootstrap.node();
     xo.node.set_user_agent_name("rpx");
     xds = std::make_unique<XdsClient>(main_dispatcher, xo, *manager);
