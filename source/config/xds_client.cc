@@ -18,6 +18,12 @@ using envoy::service::discovery::v3::DeltaDiscoveryResponse;
 using envoy::service::discovery::v3::DiscoveryRequest;
 using envoy::service::discovery::v3::DiscoveryResponse;
 
+int64_t MonotonicNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 constexpr uint64_t kBackoffBaseMs = 500;
 constexpr uint64_t kBackoffMaxMs = 30000;
 
@@ -137,14 +143,16 @@ void XdsClient::StreamLoop() {
       auto r = std::make_shared<DeltaDiscoveryResponse>();
       while (delta_->Read(r.get())) {
         got_response = true;
-        main_.Post([this, generation, r] { OnDeltaResponse(generation, r); });
+        int64_t t = MonotonicNs();
+        main_.Post([this, generation, t, r] { OnDeltaResponse(generation, t, r); });
         r = std::make_shared<DeltaDiscoveryResponse>();
       }
     } else {
       auto r = std::make_shared<DiscoveryResponse>();
       while (sotw_->Read(r.get())) {
         got_response = true;
-        main_.Post([this, generation, r] { OnSotwResponse(generation, r); });
+        int64_t t = MonotonicNs();
+        main_.Post([this, generation, t, r] { OnSotwResponse(generation, t, r); });
         r = std::make_shared<DiscoveryResponse>();
       }
     }
@@ -292,8 +300,10 @@ void XdsClient::Finish(const std::string& type_url, const std::string& version,
   SendRequest(type_url, error);
 }
 
-void XdsClient::OnSotwResponse(uint64_t generation, std::shared_ptr<DiscoveryResponse> r) {
+void XdsClient::OnSotwResponse(uint64_t generation, int64_t received_ns,
+                               std::shared_ptr<DiscoveryResponse> r) {
   if (generation != generation_) return;
+  current_received_ns_ = received_ns;
   const std::string& type_url = r->type_url();
   auto it = types_.find(type_url);
   if (it == types_.end() || !it->second.subscribed) {
@@ -326,8 +336,10 @@ void XdsClient::OnSotwResponse(uint64_t generation, std::shared_ptr<DiscoveryRes
   Finish(type_url, r->version_info(), r->nonce(), candidate, error, st);
 }
 
-void XdsClient::OnDeltaResponse(uint64_t generation, std::shared_ptr<DeltaDiscoveryResponse> r) {
+void XdsClient::OnDeltaResponse(uint64_t generation, int64_t received_ns,
+                                std::shared_ptr<DeltaDiscoveryResponse> r) {
   if (generation != generation_) return;
+  current_received_ns_ = received_ns;
   const std::string& type_url = r->type_url();
   auto it = types_.find(type_url);
   if (it == types_.end() || !it->second.subscribed) {

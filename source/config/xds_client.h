@@ -77,6 +77,8 @@ class XdsClient {
   };
   const std::map<std::string, TypeStatus>& status() const { return status_; }
   bool connected() const { return connected_; }
+  // Monotonic time (ns) at which the response now being applied was read off the stream.
+  int64_t current_response_received_ns() const { return current_received_ns_; }
   uint64_t reconnects() const { return reconnects_; }
 
  private:
@@ -93,9 +95,9 @@ class XdsClient {
   void StreamLoop();
   void OnConnected(uint64_t generation);
   void OnDisconnected(uint64_t generation);
-  void OnSotwResponse(uint64_t generation,
+  void OnSotwResponse(uint64_t generation, int64_t received_ns,
                       std::shared_ptr<envoy::service::discovery::v3::DiscoveryResponse> r);
-  void OnDeltaResponse(uint64_t generation,
+  void OnDeltaResponse(uint64_t generation, int64_t received_ns,
                        std::shared_ptr<envoy::service::discovery::v3::DeltaDiscoveryResponse> r);
   void SendRequest(const std::string& type_url, const std::string& error);
   void Finish(const std::string& type_url, const std::string& version, const std::string& nonce,
@@ -111,6 +113,7 @@ class XdsClient {
   bool connected_ = false;
   uint64_t reconnects_ = 0;
   uint64_t generation_ = 0;  // main thread's view of the live stream
+  int64_t current_received_ns_ = 0;
 
   // Shared with the stream thread.
   std::mutex mu_;

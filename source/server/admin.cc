@@ -179,7 +179,7 @@ std::string Admin::StatsText() const {
   }
   out["server.concurrency"] = concurrency_;
   out["server.live"] = Ready() ? 1 : 0;
-  if (ignored_fields_) out["control_plane.ignored_fields"] = ignored_fields_();
+  if (extra_stats_) extra_stats_(&out);
   std::string text;
   for (const auto& [k, v] : out) absl::StrAppend(&text, k, ": ", v, "\n");
   return text;

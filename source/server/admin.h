@@ -10,6 +10,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -32,10 +33,10 @@ class Admin : public StreamHandlerFactory {
   void set_ready(bool ready) { ready_ = ready; }
   // Readiness beyond "started" (xDS initialization), and the /config_dump body.
   void set_hooks(std::function<bool()> initialized, std::function<std::string()> config_dump,
-                 std::function<uint64_t()> ignored_fields) {
+                 std::function<void(std::map<std::string, int64_t>*)> extra_stats) {
     initialized_ = std::move(initialized);
     config_dump_ = std::move(config_dump);
-    ignored_fields_ = std::move(ignored_fields);
+    extra_stats_ = std::move(extra_stats);
   }
 
   std::unique_ptr<StreamHandler> CreateStream(ResponseEncoder& encoder) override;
@@ -52,7 +53,7 @@ class Admin : public StreamHandlerFactory {
   bool Ready() const { return ready_ && (!initialized_ || initialized_()); }
   std::function<bool()> initialized_;
   std::function<std::string()> config_dump_;
-  std::function<uint64_t()> ignored_fields_;
+  std::function<void(std::map<std::string, int64_t>*)> extra_stats_;
   std::shared_ptr<HttpConfig> http_config_;
   std::unique_ptr<Listener> listener_;
   absl::flat_hash_map<ServerConnection*, std::unique_ptr<ServerConnection>> connections_;

@@ -522,6 +522,25 @@ std::string ConfigManager::ApplyRoutes(const XdsResourceMap& resources,
   if (!errors.empty()) return Errors(errors);
   ignored_fields_ += ignored;
   routes_ = std::move(next);
+  // Measure how long until every worker runs the new tables (reported in /stats).
+  int64_t received_ns = xds_ ? xds_->current_response_received_ns() : 0;
+  auto pending = std::make_shared<std::atomic<int>>(0);
+  propagation_pending_ = pending;
+  std::function<void()> applied;
+  if (received_ns) {
+    Dispatcher* main = &main_;
+    applied = [this, main, pending, received_ns] {
+      if (pending->fetch_sub(1) != 1) return;
+      int64_t done_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            std::chrono::steady_clock::now().time_since_epoch())
+                            .count();
+      main->Post([this, pending, received_ns, done_ns] {
+        if (propagation_pending_ != pending) return;  // a newer update superseded this one
+        last_route_propagation_us_ = (done_ns - received_ns) / 1000;
+        ++route_updates_;
+      });
+    };
+  }
   for (auto& [name, d] : listeners_) {
     if (d.pending) {
       TryActivate(name, false);
@@ -533,7 +552,8 @@ std::string ConfigManager::ApplyRoutes(const XdsResourceMap& resources,
     // One immutable table swapped on every worker; requests in flight keep the old one.
     auto cfg = std::make_shared<ListenerConfig>(*d.active);
     cfg->routes = r->second.table;
-    for (auto& w : workers_) w->UpdateListener(cfg);
+    pending->fetch_add(static_cast<int>(workers_.size()));
+    for (auto& w : workers_) w->UpdateListener(cfg, applied);
     d.active = cfg;
   }
   RebuildListenerList();

@@ -13,6 +13,7 @@
 // Main thread only.
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <string>
@@ -49,6 +50,10 @@ class ConfigManager : public XdsApplier {
   bool initialized() const;
   std::string ConfigDumpJson() const;
   uint64_t ignored_fields() const { return ignored_fields_; }
+  // From an RDS response arriving to the new routes being in effect on every worker, for the
+  // last route update (microseconds), and how many updates were measured.
+  int64_t last_route_propagation_us() const { return last_route_propagation_us_; }
+  uint64_t route_updates() const { return route_updates_; }
   // The active configuration (listeners and clusters) as the admin handler sees it.
   const ServerConfig& current() const { return config_; }
 
@@ -123,6 +128,9 @@ class ConfigManager : public XdsApplier {
   bool init_timed_out_ = false;
   std::unique_ptr<Timer> init_timer_;
   uint64_t ignored_fields_ = 0;
+  int64_t last_route_propagation_us_ = 0;
+  uint64_t route_updates_ = 0;
+  std::shared_ptr<std::atomic<int>> propagation_pending_;
 };
 
 }  // namespace rpx

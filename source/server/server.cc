@@ -116,11 +116,26 @@ int RunServer(const ServerOptions& options) {
     return 1;
   }
   std::unique_ptr<Admin> admin;
+  XdsClient* xds_client_ptr = nullptr;
   if (admin_fd >= 0) {
     admin = std::make_unique<Admin>(main_dispatcher, manager->current(), workers, quit);
     ConfigManager* m = manager.get();
+    XdsClient** xds_ref = &xds_client_ptr;
     admin->set_hooks([m] { return m->initialized(); }, [m] { return m->ConfigDumpJson(); },
-                     [m] { return m->ignored_fields(); });
+                     [m, xds_ref](std::map<std::string, int64_t>* out) {
+                       XdsClient* x = *xds_ref;
+                       if (!x) return;
+                       (*out)["control_plane.connected"] = x->connected() ? 1 : 0;
+                       (*out)["control_plane.ignored_fields"] = m->ignored_fields();
+                       (*out)["control_plane.route_updates_measured"] = m->route_updates();
+                       (*out)["control_plane.last_route_propagation_us"] =
+                           m->last_route_propagation_us();
+                       for (const auto& [type, st] : x->status()) {
+                         std::string t = type.substr(type.rfind('.') + 1);
+                         (*out)["control_plane." + t + ".update_success"] = st.updates;
+                         (*out)["control_plane." + t + ".update_rejected"] = st.nacks;
+                       }
+                     });
     admin->Start(admin_fd);
   }
 
@@ -134,6 +149,7 @@ int RunServer(const ServerOptions& options) {
     xo.node.set_user_agent_name("rpx");
     xds = std::make_unique<XdsClient>(main_dispatcher, xo, *manager);
     manager->set_xds(xds.get());
+    xds_client_ptr = xds.get();
     RPX_LOG(kInfo, "xDS: %s ADS to %s (cluster '%s')", xo.delta ? "delta" : "state-of-the-world",
             xo.target, config.xds.cluster);
     xds->Start(config.xds.lds, config.xds.cds);

@@ -56,13 +56,16 @@ void Worker::AddListenerNow(std::shared_ptr<const ListenerConfig> config, int fd
   listeners_.emplace(config->name, std::move(l));
 }
 
-void Worker::UpdateListener(std::shared_ptr<const ListenerConfig> config) {
-  dispatcher_.Post([this, config] {
+void Worker::UpdateListener(std::shared_ptr<const ListenerConfig> config,
+                            std::function<void()> applied) {
+  dispatcher_.Post([this, config, applied] {
     auto it = listeners_.find(config->name);
-    if (it == listeners_.end()) return;
-    ActiveListener& l = *it->second;
-    l.config = config;
-    l.router->Update(config->http, config->routes, StatsFor(*config));
+    if (it != listeners_.end()) {
+      ActiveListener& l = *it->second;
+      l.config = config;
+      l.router->Update(config->http, config->routes, StatsFor(*config));
+    }
+    if (applied) applied();
   });
 }
 

@@ -36,7 +36,9 @@ class Worker {
   void AddListener(std::shared_ptr<const ListenerConfig> config, int fd);
   // Thread-safe. New connections and requests of listener `name` use `config` (same address);
   // requests in flight finish on the routes they started with.
-  void UpdateListener(std::shared_ptr<const ListenerConfig> config);
+  // `applied`, if set, runs on this worker's thread once the update is in effect.
+  void UpdateListener(std::shared_ptr<const ListenerConfig> config,
+                      std::function<void()> applied = nullptr);
   // Thread-safe. Stops accepting on listener `name` now; open connections close once idle, and
   // those still open after `drain_ms` are closed.
   void RemoveListener(const std::string& name, uint64_t drain_ms);

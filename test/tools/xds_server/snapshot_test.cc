@@ -3,9 +3,9 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <cstdio>
 #include <fstream>
-#include <condition_variable>
 #include <mutex>
 #include <thread>
 
@@ -125,8 +125,7 @@ TEST(SnapshotTest, EmptyDirectoryIsAnEmptySnapshot) {
   EXPECT_EQ(source.Reload(), SnapshotSource::Result::kUpdated);
   ASSERT_NE(source.current(), nullptr);
   EXPECT_EQ(source.current()->version, "1");
-  EXPECT_THAT(log.All(),
-              HasSubstr("snapshot version=1 listeners= routes= clusters= endpoints=\n"));
+  EXPECT_THAT(log.All(), HasSubstr("snapshot version=1 listeners= routes= clusters= endpoints=\n"));
 }
 
 TEST(SnapshotTest, MissingDirectoryIsAnErrorAndNoSnapshot) {
@@ -151,8 +150,8 @@ TEST(SnapshotTest, DuplicateNamesAcrossFilesKeepThePreviousSnapshot) {
   EXPECT_EQ(source.current(), before);
   EXPECT_EQ(source.current()->version, "1");
   std::string out = log.All();
-  EXPECT_THAT(out, HasSubstr("reload error: " + dir + "/b.yaml: clusters[0]: duplicate clusters "
-                             "name 'b' (also in " + dir + "/a.yaml)"));
+  EXPECT_THAT(out, HasSubstr("reload error: " + dir + "/b.yaml: clusters[0]: duplicate " +
+                             "clusters name 'b' (also in " + dir + "/a.yaml)"));
   EXPECT_THAT(out, HasSubstr("reload error: keeping snapshot version=1"));
 
   // Reported once, not at every poll.
@@ -164,6 +163,7 @@ TEST(SnapshotTest, DuplicateNamesAcrossFilesKeepThePreviousSnapshot) {
   // Back to exactly version 1's resources: nothing to push.
   EXPECT_EQ(source.Reload(), SnapshotSource::Result::kUnchanged);
   EXPECT_EQ(source.current(), before);
+  EXPECT_THAT(log.All(), HasSubstr("reload ok: resources unchanged, still version=1\n"));
 }
 
 TEST(SnapshotTest, DuplicateInOneFileIsAnError) {
@@ -198,10 +198,10 @@ TEST(SnapshotTest, ParseErrorKeepsThePreviousSnapshotAndSaysWhere) {
   EXPECT_EQ(source.Reload(), SnapshotSource::Result::kError);
   EXPECT_EQ(source.current(), before);
   std::string out = log.All();
-  EXPECT_THAT(out, HasSubstr("reload error: " + dir + "/a.yaml:3:14: clusters[0].lb_policy: "
-                             "unknown value 'FASTEST'"));
-  EXPECT_THAT(out, HasSubstr("reload error: " + dir + "/a.yaml:4:3: clusters[0].bogus: unknown "
-                             "field 'bogus'"));
+  EXPECT_THAT(out, HasSubstr("reload error: " + dir +
+                             "/a.yaml:3:14: clusters[0].lb_policy: unknown value 'FASTEST'"));
+  EXPECT_THAT(out, HasSubstr("reload error: " + dir +
+                             "/a.yaml:4:3: clusters[0].bogus: unknown field 'bogus'"));
 
   WriteFile(dir, "a.yaml", "clusters: [{name: a, type: STATIC}]\n");
   EXPECT_EQ(source.Reload(), SnapshotSource::Result::kUpdated);
@@ -255,7 +255,8 @@ TEST(SnapshotTest, NestedAnysSerializeDeterministically) {
   - filters:
     - name: hcm
       typed_config:
-        "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+        "@type": type.googleapis.com/envoy.extensions.filters.network.)"
+                     R"(http_connection_manager.v3.HttpConnectionManager
         stat_prefix: s
         route_config:
           virtual_hosts:
@@ -268,8 +269,8 @@ TEST(SnapshotTest, NestedAnysSerializeDeterministically) {
                 filter_metadata:
 )";
   for (int i = 0; i < 40; ++i) {
-    yaml += "                  f" + std::to_string(i) + ": {k" + std::to_string(i) + ": v, z: " +
-            std::to_string(i) + ", a: [1, 2]}\n";
+    yaml += "                  f" + std::to_string(i) + ": {k" + std::to_string(i) +
+            ": v, z: " + std::to_string(i) + ", a: [1, 2]}\n";
   }
   std::string dir = MakeTempDir();
   WriteFile(dir, "a.yaml", yaml);

@@ -1,0 +1,498 @@
+#include "tools/xds_server/ads_service.h"
+
+#include <array>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+
+// DESIGN
+//
+// Log lines (one event each; fields are key=value, lists are comma-separated):
+//   stream open node=<id> mode=sotw|delta            (on the stream's first request)
+//   push node=<id> type=LDS version=<v> nonce=<n> resources=<names>[ removed=<names>]
+//   ACK node=<id> type=LDS version=<v> nonce=<n>
+//   NACK node=<id> type=LDS version=<v> nonce=<n> error=<message>
+//   stale node=<id> type=LDS nonce=<n> expected=<n>  (SotW request for an older response)
+//   ignored node=<id> type_url=<url>                 (a type this server does not serve; once)
+//   stream closed node=<id>
+// In SotW, ACK/NACK's version is the request's version_info (for a NACK: the version the client
+// kept). Delta requests carry no version, so there it is the system_version_info of the response
+// the nonce answers ("?" if that nonce is too old to remember).
+//
+// Nonces count per stream ("1", "2", ...): they only need to be unique within a stream, and a
+// counter keeps runs reproducible.
+//
+// SotW, per type:
+// - Requests that answer an older nonce than the last one sent for the type are ignored whole,
+//   as Envoy's server does: the client will send a fresh request once it sees the newer response,
+//   and acting on the old one could push a response it has already superseded.
+// - A response is sent when its resources (names and bytes) differ from the last ones sent for
+//   the type: first request, a snapshot change or a change of the requested names. Nothing else
+//   causes a push, so an unchanged type is never re-sent after a reload or a NACK.
+// - LDS/CDS responses are full sets (absence deletes), so they may be empty. RDS/EDS responses
+//   never are: absence deletes nothing there, and an empty response would only end the client's
+//   warm-up wait with nothing. When no requested name exists, the client simply waits (its
+//   initial_fetch_timeout) until one does. Unlike go-control-plane's snapshot cache, a response
+//   carries whatever requested names exist, not only when all of them do.
+//
+// Delta, per type:
+// - Subscribe/unsubscribe and initial_resource_versions are applied from every request, whatever
+//   its nonce: each request carries changes, not the full state, so none may be dropped.
+// - The server tracks the version of each resource the client has (what it sent, or what the
+//   client declared in initial_resource_versions) and sends only resources whose version differs,
+//   plus removed_resources for names the client has that left the snapshot. A NACKed resource is
+//   counted as sent: it is not re-sent until it changes.
+// - A first wildcard request gets a response even if it is empty, so the client's
+//   initialization does not wait for a timeout (as go-control-plane does).
+
+namespace rpx {
+namespace xds_server {
+
+using envoy::service::discovery::v3::DeltaDiscoveryRequest;
+using envoy::service::discovery::v3::DeltaDiscoveryResponse;
+using envoy::service::discovery::v3::DiscoveryRequest;
+using envoy::service::discovery::v3::DiscoveryResponse;
+
+struct AdsService::StreamSignals {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool snapshot_changed = false;
+  bool shutdown = false;
+  bool reader_done = false;
+};
+
+namespace {
+
+// Keeps one event on one line, whatever a client put in its node id or error message.
+std::string OneLine(const std::string& s) {
+  return absl::StrReplaceAll(s, {{"\r\n", " "}, {"\n", " "}, {"\r", " "}});
+}
+
+void PackResource(ResourceType type, const Resource& r, google::protobuf::Any* any) {
+  any->set_type_url(TypeUrl(type));
+  any->set_value(r.bytes);
+}
+
+class SotwSession {
+ public:
+  using Request = DiscoveryRequest;
+  using Response = DiscoveryResponse;
+  static constexpr const char* kMode = "sotw";
+
+  explicit SotwSession(const LogFn& log) : log_(log) {}
+
+  const std::string& node_id() const { return node_id_; }
+  bool opened() const { return opened_; }
+
+  void OnRequest(const DiscoveryRequest& req, const std::shared_ptr<const Snapshot>& snapshot,
+                 std::vector<DiscoveryResponse>* out) {
+    if (!opened_) {
+      opened_ = true;
+      node_id_ = OneLine(req.node().id());
+      log_(absl::StrCat("stream open node=", node_id_, " mode=", kMode));
+    }
+    ResourceType type;
+    if (!ParseTypeUrl(req.type_url(), &type)) {
+      if (ignored_.insert(req.type_url()).second) {
+        log_(absl::StrCat("ignored node=", node_id_, " type_url=", OneLine(req.type_url())));
+      }
+      return;
+    }
+    TypeState& st = types_[static_cast<int>(type)];
+    // Nothing sent yet: any nonce is accepted (it may answer a previous server instance).
+    if (!st.last_nonce.empty()) {
+      if (req.response_nonce() != st.last_nonce) {
+        log_(absl::StrCat("stale node=", node_id_, " type=", ShortTypeName(type),
+                          " nonce=", OneLine(req.response_nonce()), " expected=", st.last_nonce));
+        return;
+      }
+      std::string common =
+          absl::StrCat(" node=", node_id_, " type=", ShortTypeName(type),
+                       " version=", OneLine(req.version_info()), " nonce=", st.last_nonce);
+      if (req.has_error_detail()) {
+        log_(absl::StrCat("NACK", common, " error=", OneLine(req.error_detail().message())));
+      } else {
+        log_(absl::StrCat("ACK", common));
+      }
+    }
+    st.subscribed = true;
+    st.names.clear();
+    st.names.insert(req.resource_names().begin(), req.resource_names().end());
+    st.wildcard = IsWildcardCapable(type) && (st.names.empty() || st.names.count("*") > 0);
+    Respond(type, snapshot, out);
+  }
+
+  void OnSnapshot(const std::shared_ptr<const Snapshot>& snapshot,
+                  std::vector<DiscoveryResponse>* out) {
+    for (ResourceType type : kAllResourceTypes) Respond(type, snapshot, out);
+  }
+
+ private:
+  struct TypeState {
+    bool subscribed = false;
+    bool wildcard = false;
+    std::set<std::string> names;
+    std::string last_nonce;
+    // What the client was last given (or, for RDS/EDS, an empty set we chose not to send),
+    // as names into last_snapshot. has_last is false until then.
+    bool has_last = false;
+    std::shared_ptr<const Snapshot> last_snapshot;
+    std::vector<std::string> last_names;
+  };
+
+  void Respond(ResourceType type, const std::shared_ptr<const Snapshot>& snapshot,
+               std::vector<DiscoveryResponse>* out) {
+    TypeState& st = types_[static_cast<int>(type)];
+    if (!st.subscribed || snapshot == nullptr) return;
+    const auto& all = snapshot->of(type);
+    std::vector<std::string> names;
+    for (const auto& [name, r] : all) {
+      if (st.wildcard || st.names.count(name) > 0) names.push_back(name);
+    }
+    if (st.has_last && SameAsLast(st, *snapshot, type, names)) return;
+    st.has_last = true;
+    st.last_snapshot = snapshot;
+    st.last_names = names;
+    if (names.empty() && !IsWildcardCapable(type)) return;
+
+    DiscoveryResponse& resp = out->emplace_back();
+    resp.set_version_info(snapshot->version);
+    resp.set_type_url(TypeUrl(type));
+    resp.set_nonce(absl::StrCat(++nonce_counter_));
+    for (const std::string& name : names) PackResource(type, all.at(name), resp.add_resources());
+    st.last_nonce = resp.nonce();
+    log_(absl::StrCat("push node=", node_id_, " type=", ShortTypeName(type),
+                      " version=", resp.version_info(), " nonce=", resp.nonce(),
+                      " resources=", absl::StrJoin(names, ",")));
+  }
+
+  static bool SameAsLast(const TypeState& st, const Snapshot& snapshot, ResourceType type,
+                         const std::vector<std::string>& names) {
+    if (names != st.last_names) return false;
+    for (const std::string& name : names) {
+      if (snapshot.of(type).at(name).bytes != st.last_snapshot->of(type).at(name).bytes) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  const LogFn& log_;
+  bool opened_ = false;
+  std::string node_id_;
+  uint64_t nonce_counter_ = 0;
+  std::array<TypeState, kNumResourceTypes> types_;
+  std::set<std::string> ignored_;
+};
+
+class DeltaSession {
+ public:
+  using Request = DeltaDiscoveryRequest;
+  using Response = DeltaDiscoveryResponse;
+  static constexpr const char* kMode = "delta";
+
+  explicit DeltaSession(const LogFn& log) : log_(log) {}
+
+  const std::string& node_id() const { return node_id_; }
+  bool opened() const { return opened_; }
+
+  void OnRequest(const DeltaDiscoveryRequest& req, const std::shared_ptr<const Snapshot>& snapshot,
+                 std::vector<DeltaDiscoveryResponse>* out) {
+    if (!opened_) {
+      opened_ = true;
+      node_id_ = OneLine(req.node().id());
+      log_(absl::StrCat("stream open node=", node_id_, " mode=", kMode));
+    }
+    ResourceType type;
+    if (!ParseTypeUrl(req.type_url(), &type)) {
+      if (ignored_.insert(req.type_url()).second) {
+        log_(absl::StrCat("ignored node=", node_id_, " type_url=", OneLine(req.type_url())));
+      }
+      return;
+    }
+    TypeState& st = types_[static_cast<int>(type)];
+    if (!req.response_nonce().empty()) {
+      uint64_t nonce = 0;
+      auto it = absl::SimpleAtoi(req.response_nonce(), &nonce) ? st.nonce_versions.find(nonce)
+                                                               : st.nonce_versions.end();
+      std::string common =
+          absl::StrCat(" node=", node_id_, " type=", ShortTypeName(type),
+                       " version=", it == st.nonce_versions.end() ? "?" : it->second,
+                       " nonce=", OneLine(req.response_nonce()));
+      if (req.has_error_detail()) {
+        log_(absl::StrCat("NACK", common, " error=", OneLine(req.error_detail().message())));
+      } else {
+        log_(absl::StrCat("ACK", common));
+      }
+    }
+
+    bool wildcard_capable = IsWildcardCapable(type);
+    if (!st.subscribed && wildcard_capable && req.resource_names_subscribe().empty()) {
+      st.wildcard = true;  // Legacy wildcard: an empty first subscription.
+    }
+    st.subscribed = true;
+    for (const std::string& name : req.resource_names_subscribe()) {
+      if (name == "*" && wildcard_capable) {
+        st.wildcard = true;
+      } else {
+        st.names.insert(name);
+      }
+    }
+    for (const std::string& name : req.resource_names_unsubscribe()) {
+      if (name == "*" && wildcard_capable) {
+        st.wildcard = false;
+        continue;
+      }
+      st.names.erase(name);
+      // The client drops what it unsubscribed from, so a later subscription must resend it; under
+      // a wildcard it keeps the resource.
+      if (!st.wildcard) st.known.erase(name);
+    }
+    for (const auto& [name, version] : req.initial_resource_versions()) st.known[name] = version;
+    Respond(type, snapshot, out);
+  }
+
+  void OnSnapshot(const std::shared_ptr<const Snapshot>& snapshot,
+                  std::vector<DeltaDiscoveryResponse>* out) {
+    for (ResourceType type : kAllResourceTypes) Respond(type, snapshot, out);
+  }
+
+ private:
+  static constexpr size_t kRememberedNonces = 16;
+
+  struct TypeState {
+    bool subscribed = false;
+    bool wildcard = false;
+    bool responded = false;
+    std::set<std::string> names;
+    // Name -> version of each resource the client is believed to hold.
+    std::map<std::string, std::string> known;
+    // Recent nonces -> system_version_info, only to log ACK/NACK with a version.
+    std::map<uint64_t, std::string> nonce_versions;
+  };
+
+  void Respond(ResourceType type, const std::shared_ptr<const Snapshot>& snapshot,
+               std::vector<DeltaDiscoveryResponse>* out) {
+    TypeState& st = types_[static_cast<int>(type)];
+    if (!st.subscribed || snapshot == nullptr) return;
+    const auto& all = snapshot->of(type);
+    auto in_scope = [&](const std::string& name) {
+      return st.wildcard || st.names.count(name) > 0;
+    };
+    DeltaDiscoveryResponse resp;
+    std::vector<std::string> sent;
+    for (const auto& [name, r] : all) {
+      if (!in_scope(name)) continue;
+      auto known = st.known.find(name);
+      if (known != st.known.end() && known->second == r.version) continue;
+      auto* res = resp.add_resources();
+      res->set_name(name);
+      res->set_version(r.version);
+      PackResource(type, r, res->mutable_resource());
+      sent.push_back(name);
+    }
+    for (const auto& [name, version] : st.known) {
+      if (in_scope(name) && all.count(name) == 0) resp.add_removed_resources(name);
+    }
+    bool first_wildcard = st.wildcard && !st.responded;
+    if (resp.resources().empty() && resp.removed_resources().empty() && !first_wildcard) return;
+
+    for (const std::string& name : sent) st.known[name] = all.at(name).version;
+    for (const std::string& name : resp.removed_resources()) st.known.erase(name);
+    st.responded = true;
+    uint64_t nonce = ++nonce_counter_;
+    st.nonce_versions[nonce] = snapshot->version;
+    if (st.nonce_versions.size() > kRememberedNonces) {
+      st.nonce_versions.erase(st.nonce_versions.begin());
+    }
+    resp.set_system_version_info(snapshot->version);
+    resp.set_type_url(TypeUrl(type));
+    resp.set_nonce(absl::StrCat(nonce));
+    log_(absl::StrCat("push node=", node_id_, " type=", ShortTypeName(type), " version=",
+                      snapshot->version, " nonce=", nonce, " resources=", absl::StrJoin(sent, ","),
+                      " removed=", absl::StrJoin(resp.removed_resources(), ",")));
+    out->push_back(std::move(resp));
+  }
+
+  const LogFn& log_;
+  bool opened_ = false;
+  std::string node_id_;
+  uint64_t nonce_counter_ = 0;
+  std::array<TypeState, kNumResourceTypes> types_;
+  std::set<std::string> ignored_;
+};
+
+}  // namespace
+
+AdsService::AdsService(LogFn log) : log_(std::move(log)) {}
+
+AdsService::~AdsService() { Shutdown(); }
+
+void AdsService::SetSnapshot(std::shared_ptr<const Snapshot> snapshot) {
+  std::lock_guard<std::mutex> lock(mu_);
+  snapshot_ = std::move(snapshot);
+  for (StreamSignals* s : streams_) {
+    std::lock_guard<std::mutex> stream_lock(s->mu);
+    s->snapshot_changed = true;
+    s->cv.notify_one();
+  }
+}
+
+void AdsService::Shutdown() {
+  std::lock_guard<std::mutex> lock(mu_);
+  shutdown_ = true;
+  for (StreamSignals* s : streams_) {
+    std::lock_guard<std::mutex> stream_lock(s->mu);
+    s->shutdown = true;
+    s->cv.notify_one();
+  }
+}
+
+bool AdsService::Register(StreamSignals* signals) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (shutdown_) return false;
+  streams_.insert(signals);
+  return true;
+}
+
+void AdsService::Unregister(StreamSignals* signals) {
+  std::lock_guard<std::mutex> lock(mu_);
+  streams_.erase(signals);
+}
+
+std::shared_ptr<const Snapshot> AdsService::snapshot() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return snapshot_;
+}
+
+template <typename Session, typename Request, typename Response>
+grpc::Status AdsService::RunStream(grpc::ServerContext* context,
+                                   grpc::ServerReaderWriter<Response, Request>* stream) {
+  StreamSignals signals;
+  if (!Register(&signals)) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "xds_server is shutting down");
+  }
+  std::deque<Request> inbox;  // Guarded by signals.mu.
+  std::thread reader([&] {
+    while (true) {
+      Request req;
+      if (!stream->Read(&req)) break;
+      std::lock_guard<std::mutex> lock(signals.mu);
+      inbox.push_back(std::move(req));
+      signals.cv.notify_one();
+    }
+    std::lock_guard<std::mutex> lock(signals.mu);
+    signals.reader_done = true;
+    signals.cv.notify_one();
+  });
+
+  Session session(log_);
+  bool reader_done = false;
+  while (true) {
+    std::deque<Request> requests;
+    bool snapshot_changed = false;
+    {
+      std::unique_lock<std::mutex> lock(signals.mu);
+      signals.cv.wait(lock, [&] {
+        return !inbox.empty() || signals.snapshot_changed || signals.reader_done ||
+               signals.shutdown;
+      });
+      // After the client is gone or on shutdown, nothing more is worth sending.
+      if (signals.shutdown || signals.reader_done) {
+        reader_done = signals.reader_done;
+        break;
+      }
+      requests.swap(inbox);
+      std::swap(snapshot_changed, signals.snapshot_changed);
+    }
+    // Taken after the wake-up, so a change that lands meanwhile is seen now or flagged again.
+    std::shared_ptr<const Snapshot> current = snapshot();
+    std::vector<Response> out;
+    for (const Request& req : requests) session.OnRequest(req, current, &out);
+    if (snapshot_changed) session.OnSnapshot(current, &out);
+    bool write_failed = false;
+    for (const Response& resp : out) {
+      if (!stream->Write(resp)) {
+        write_failed = true;
+        break;
+      }
+    }
+    if (write_failed) break;
+  }
+  // The reader may still be blocked in Read(); cancelling the call is what releases it.
+  if (!reader_done) context->TryCancel();
+  reader.join();
+  Unregister(&signals);
+  if (session.opened()) log_(absl::StrCat("stream closed node=", session.node_id()));
+  return grpc::Status::OK;
+}
+
+grpc::Status AdsService::StreamAggregatedResources(
+    grpc::ServerContext* context,
+    grpc::ServerReaderWriter<DiscoveryResponse, DiscoveryRequest>* stream) {
+  return RunStream<SotwSession>(context, stream);
+}
+
+grpc::Status AdsService::DeltaAggregatedResources(
+    grpc::ServerContext* context,
+    grpc::ServerReaderWriter<DeltaDiscoveryResponse, DeltaDiscoveryRequest>* stream) {
+  return RunStream<DeltaSession>(context, stream);
+}
+
+XdsServer::XdsServer(XdsServerOptions options, LogFn log)
+    : options_(std::move(options)),
+      log_(std::move(log)),
+      source_(options_.dir, log_),
+      service_(log_),
+      poller_(&source_, options_.poll_interval,
+              [this](std::shared_ptr<const Snapshot> s) { service_.SetSnapshot(std::move(s)); }) {}
+
+XdsServer::~XdsServer() { Stop(); }
+
+bool XdsServer::Start(std::string* error) {
+  source_.Reload(/*force=*/true);
+  if (auto snapshot = source_.current()) service_.SetSnapshot(std::move(snapshot));
+
+  std::string host = options_.address;
+  if (host.find(':') != std::string::npos && host.front() != '[') host = "[" + host + "]";
+  grpc::ServerBuilder builder;
+  // gRPC turns SO_REUSEPORT on by default: a second server on a fixed port would then share it
+  // silently instead of failing.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.AddListeningPort(absl::StrCat(host, ":", options_.port),
+                           grpc::InsecureServerCredentials(), &port_);
+  builder.RegisterService(&service_);
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr || port_ == 0) {
+    *error = absl::StrCat("cannot listen on ", host, ":", options_.port);
+    server_.reset();
+    return false;
+  }
+  log_(absl::StrCat("xds_server listening on ", host, ":", port_, " dir=", options_.dir));
+  poller_.Start();
+  return true;
+}
+
+void XdsServer::RequestReload() { poller_.RequestReload(); }
+
+void XdsServer::Stop(std::chrono::milliseconds grace) {
+  if (stopped_) return;
+  stopped_ = true;
+  poller_.Stop();
+  service_.Shutdown();
+  if (server_ != nullptr) {
+    server_->Shutdown(std::chrono::system_clock::now() + grace);
+    server_->Wait();
+  }
+}
+
+}  // namespace xds_server
+}  // namespace rpx

@@ -1,0 +1,101 @@
+// The ADS gRPC service of tools/xds_server (state of the world and delta) and XdsServer, which
+// ties it to a gRPC server and a polled resource directory.
+//
+// Threads: gRPC's sync API runs each stream's handler on a gRPC thread. Each stream also has a
+// reader thread that only calls Read() and queues requests; the handler thread alone decides and
+// Write()s, woken by a new request, a new snapshot (SetSnapshot, from any thread) or Shutdown().
+// So per-stream protocol state needs no lock, and Read and Write never race.
+// Every event is one line to the LogFn (see DESIGN in ads_service.cc for the formats).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "envoy/service/discovery/v3/ads.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "tools/xds_server/snapshot.h"
+
+namespace rpx {
+namespace xds_server {
+
+class AdsService final : public envoy::service::discovery::v3::AggregatedDiscoveryService::Service {
+ public:
+  explicit AdsService(LogFn log);
+  ~AdsService() override;
+
+  // Makes `snapshot` current and wakes every stream to push what changed for it. Streams that
+  // subscribe before the first snapshot get their first response when it arrives.
+  void SetSnapshot(std::shared_ptr<const Snapshot> snapshot);
+
+  // Ends every open stream promptly (cancelling its call) and refuses new ones, so that
+  // grpc::Server::Shutdown does not wait on handlers blocked for the next event.
+  void Shutdown();
+
+  grpc::Status StreamAggregatedResources(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<envoy::service::discovery::v3::DiscoveryResponse,
+                               envoy::service::discovery::v3::DiscoveryRequest>* stream) override;
+
+  grpc::Status DeltaAggregatedResources(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<envoy::service::discovery::v3::DeltaDiscoveryResponse,
+                               envoy::service::discovery::v3::DeltaDiscoveryRequest>* stream)
+      override;
+
+  // Wake-up flags of one open stream; defined in the .cc.
+  struct StreamSignals;
+
+ private:
+  template <typename Session, typename Request, typename Response>
+  grpc::Status RunStream(grpc::ServerContext* context,
+                         grpc::ServerReaderWriter<Response, Request>* stream);
+  bool Register(StreamSignals* signals);
+  void Unregister(StreamSignals* signals);
+  std::shared_ptr<const Snapshot> snapshot() const;
+
+  LogFn log_;
+  mutable std::mutex mu_;  // Guards the fields below; taken before any StreamSignals::mu.
+  std::shared_ptr<const Snapshot> snapshot_;
+  std::set<StreamSignals*> streams_;
+  bool shutdown_ = false;
+};
+
+struct XdsServerOptions {
+  std::string address = "127.0.0.1";
+  int port = 0;  // 0: the kernel picks a free port; see XdsServer::port().
+  std::string dir;
+  std::chrono::milliseconds poll_interval{200};
+};
+
+// Loads the directory, listens, and pushes every change of the directory to the open streams.
+// Start, RequestReload and Stop may be called from different threads, but Stop only once.
+class XdsServer {
+ public:
+  XdsServer(XdsServerOptions options, LogFn log);
+  ~XdsServer();  // Stops if running.
+
+  // Loads the directory (a failure is logged, and streams wait for the first good load), starts
+  // listening and logs "xds_server listening on ADDR:PORT dir=DIR". False if it cannot listen.
+  bool Start(std::string* error);
+  int port() const { return port_; }
+  // Reloads now even if the directory looks unchanged (SIGHUP).
+  void RequestReload();
+  // Ends the streams and stops the gRPC server, cancelling what is left after `grace`.
+  void Stop(std::chrono::milliseconds grace = std::chrono::milliseconds(1000));
+
+ private:
+  XdsServerOptions options_;
+  LogFn log_;
+  SnapshotSource source_;
+  AdsService service_;
+  DirectoryPoller poller_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  bool stopped_ = false;
+};
+
+}  // namespace xds_server
+}  // namespace rpx

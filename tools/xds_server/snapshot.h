@@ -1,0 +1,143 @@
+// Snapshots of the xDS resources in a directory of YAML files (rpx.tools.v1.ResourceFile), for
+// tools/xds_server. A Snapshot is immutable once built and shared by pointer between threads.
+// SnapshotSource::Reload is called from one thread at a time (the poller); current() from any.
+// DirectoryPoller runs its own thread and calls back from it. Nothing here knows about gRPC, so
+// it is testable on its own.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "google/protobuf/message.h"
+
+namespace rpx {
+namespace xds_server {
+
+// One line of output, without the newline. Called from several threads; the sink serializes.
+using LogFn = std::function<void(const std::string& line)>;
+
+// In the order a control plane should push them (make before break): clusters before their
+// endpoints, listeners before their routes.
+enum class ResourceType { kCluster = 0, kEndpoint = 1, kListener = 2, kRoute = 3 };
+constexpr int kNumResourceTypes = 4;
+constexpr std::array<ResourceType, kNumResourceTypes> kAllResourceTypes = {
+    ResourceType::kCluster, ResourceType::kEndpoint, ResourceType::kListener, ResourceType::kRoute};
+
+// "type.googleapis.com/envoy.config.listener.v3.Listener" and so on.
+const std::string& TypeUrl(ResourceType type);
+// "LDS", "RDS", "CDS", "EDS".
+const char* ShortTypeName(ResourceType type);
+// False for a type URL this server does not serve.
+bool ParseTypeUrl(const std::string& type_url, ResourceType* type);
+// Listener and Cluster: SotW responses carry the full set, and wildcard subscriptions exist.
+bool IsWildcardCapable(ResourceType type);
+
+struct Resource {
+  std::string name;
+  // Deterministic serialization of the resource (every nested Any re-packed deterministically
+  // too), so equal YAML gives equal bytes on every load.
+  std::string bytes;
+  // Short hash of `bytes`: the per-resource version of the delta protocol.
+  std::string version;
+};
+
+struct Snapshot {
+  std::string version;
+  // By ResourceType; sorted by name, so responses list resources in a stable order.
+  std::array<std::map<std::string, Resource>, kNumResourceTypes> resources;
+
+  const std::map<std::string, Resource>& of(ResourceType type) const {
+    return resources[static_cast<int>(type)];
+  }
+  // True when both hold the same resources with the same bytes (versions aside).
+  bool SameResources(const Snapshot& other) const;
+};
+
+// "snapshot version=3 listeners=a,b routes=r clusters=c endpoints=c".
+std::string DescribeSnapshot(const Snapshot& snapshot);
+
+// 16 hex digits of the 64-bit FNV-1a hash of `bytes`.
+std::string ResourceVersion(const std::string& bytes);
+
+// Serializes with deterministic map order after re-packing every nested Any the same way (the
+// YAML loader packs typed_config with the default, non-deterministic, serialization).
+std::string DeterministicBytes(const google::protobuf::Message& message);
+
+// Reads every *.yaml / *.yml regular file directly in `dir` (not hidden files: editors' lock and
+// swap files) in name order, and fills `out` (whose version is left empty). On any problem
+// returns false with every problem in `errors`: unreadable directory, a file that does not parse
+// (file:line: field path), a resource without a name, a name given twice for one type.
+bool LoadResourceDirectory(const std::string& dir, Snapshot* out, std::vector<std::string>* errors);
+
+// A cheap summary of the directory (names, sizes, modification times of the files that
+// LoadResourceDirectory would read) that changes whenever one of them does.
+std::string DirectoryFingerprint(const std::string& dir);
+
+// Owns the version counter and the current snapshot of one directory.
+class SnapshotSource {
+ public:
+  enum class Result { kUnchanged, kUpdated, kError };
+
+  SnapshotSource(std::string dir, LogFn log);
+
+  // Loads the directory again if its fingerprint changed since the last attempt (or `force`).
+  // kUpdated: a new version with different resources is current (logged as "snapshot ...").
+  // kError: logged as "reload error: ..."; the previous snapshot stays current. A failed attempt
+  // is not retried until the directory changes again, so a broken file is reported once. The
+  // first good load after an error is logged even when it changes nothing ("reload ok: ...").
+  Result Reload(bool force = false);
+
+  // Null until the first successful load: serving an empty set instead would make a reconnecting
+  // Envoy drop its whole configuration because of one bad file at startup.
+  std::shared_ptr<const Snapshot> current() const;
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_;
+  LogFn log_;
+  std::string last_fingerprint_;
+  bool attempted_ = false;
+  bool last_failed_ = false;
+  uint64_t counter_ = 0;
+  mutable std::mutex mu_;  // Guards current_ only.
+  std::shared_ptr<const Snapshot> current_;
+};
+
+// Calls source->Reload() every `interval` (and at once after RequestReload(), e.g. on SIGHUP) on
+// its own thread, and `on_update` with each new snapshot, from that thread.
+class DirectoryPoller {
+ public:
+  DirectoryPoller(SnapshotSource* source, std::chrono::milliseconds interval,
+                  std::function<void(std::shared_ptr<const Snapshot>)> on_update);
+  ~DirectoryPoller();  // Stops.
+
+  void Start();
+  void Stop();
+  // Any thread (not from a signal handler). Forces a reload even if the directory looks equal.
+  void RequestReload();
+
+ private:
+  void Run();
+
+  SnapshotSource* source_;
+  std::chrono::milliseconds interval_;
+  std::function<void(std::shared_ptr<const Snapshot>)> on_update_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  bool force_ = false;
+  std::thread thread_;
+};
+
+}  // namespace xds_server
+}  // namespace rpx
