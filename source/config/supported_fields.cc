@@ -3,7 +3,9 @@
 #include <memory>
 #include <set>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "source/common/field_path.h"
 #include "google/protobuf/any.pb.h"
 #include "google/protobuf/descriptor.h"
 
@@ -303,7 +305,26 @@ const std::set<std::string>& Ignorable() {
   return *s;
 }
 
-void Check(const Message& msg, const std::string& prefix, const std::string& path,
+// The name sets resolved to descriptors once, so checking a field is a pointer lookup.
+using FieldSet = absl::flat_hash_set<const FieldDescriptor*>;
+FieldSet Resolve(const std::set<std::string>& names) {
+  FieldSet out;
+  for (const auto& n : names) {
+    const auto* f = google::protobuf::DescriptorPool::generated_pool()->FindFieldByName(n);
+    if (f) out.insert(f);
+  }
+  return out;
+}
+const FieldSet& SupportedSet() {
+  static const auto* s = new FieldSet(Resolve(Supported()));
+  return *s;
+}
+const FieldSet& IgnorableSet() {
+  static const auto* s = new FieldSet(Resolve(Ignorable()));
+  return *s;
+}
+
+void Check(const Message& msg, const std::string& prefix, const FieldPath& path,
            std::vector<std::string>* errors, uint64_t* ignored) {
   const auto* d = msg.GetDescriptor();
   if (d->file()->package() == "google.protobuf") return;
@@ -314,34 +335,34 @@ void Check(const Message& msg, const std::string& prefix, const std::string& pat
   std::vector<const FieldDescriptor*> fields;
   r->ListFields(msg, &fields);
   for (const auto* f : fields) {
-    std::string fpath = path.empty() ? f->name() : absl::StrCat(path, ".", f->name());
-    std::string full = absl::StrCat(d->full_name(), ".", f->name());
-    if (ignored && Ignorable().count(full)) {
+    FieldPath fpath(path, f->name());
+    if (ignored && IgnorableSet().contains(f)) {
       ++*ignored;
       continue;
     }
-    if (!Supported().count(full)) {
-      errors->push_back(absl::StrCat(prefix, fpath, ": field '", f->name(), "' of ", d->full_name(),
-                                     " is not supported by rpx", Hint(full)));
+    if (!SupportedSet().contains(f)) {
+      std::string full = absl::StrCat(d->full_name(), ".", f->name());
+      errors->push_back(absl::StrCat(prefix, fpath.str(), ": field '", f->name(), "' of ",
+                                     d->full_name(), " is not supported by rpx", Hint(full)));
       continue;
     }
     if (f->cpp_type() != FieldDescriptor::CPPTYPE_MESSAGE) continue;
-    auto check_one = [&](const Message& sub, const std::string& sub_path) {
+    auto check_one = [&](const Message& sub, const FieldPath& sub_path) {
       if (sub.GetDescriptor()->full_name() == "google.protobuf.Any") {
         const auto& any = static_cast<const google::protobuf::Any&>(sub);
         std::string type = any.type_url().substr(any.type_url().rfind('/') + 1);
         const auto* td =
             google::protobuf::DescriptorPool::generated_pool()->FindMessageTypeByName(type);
         if (!td) {
-          errors->push_back(absl::StrCat(prefix, sub_path, ": unsupported type '", any.type_url(),
-                                         "'"));
+          errors->push_back(absl::StrCat(prefix, sub_path.str(), ": unsupported type '",
+                                         any.type_url(), "'"));
           return;
         }
         std::unique_ptr<Message> inner(
             google::protobuf::MessageFactory::generated_factory()->GetPrototype(td)->New());
         if (!any.UnpackTo(inner.get())) {
-          errors->push_back(absl::StrCat(prefix, sub_path, ": cannot decode '", any.type_url(),
-                                         "'"));
+          errors->push_back(absl::StrCat(prefix, sub_path.str(), ": cannot decode '",
+                                         any.type_url(), "'"));
           return;
         }
         Check(*inner, prefix, sub_path, errors, ignored);
@@ -358,12 +379,13 @@ void Check(const Message& msg, const std::string& prefix, const std::string& pat
         std::string key = er->GetString(entry, ed->FindFieldByName("key"));
         const auto* vf = ed->FindFieldByName("value");
         if (vf->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
-          check_one(er->GetMessage(entry, vf), absl::StrCat(fpath, "[\"", key, "\"]"));
+          std::string keyed = absl::StrCat(f->name(), "[\"", key, "\"]");
+          check_one(er->GetMessage(entry, vf), FieldPath(path, keyed));
         }
       }
     } else if (f->is_repeated()) {
       for (int i = 0; i < r->FieldSize(msg, f); ++i) {
-        check_one(r->GetRepeatedMessage(msg, f, i), absl::StrCat(fpath, "[", i, "]"));
+        check_one(r->GetRepeatedMessage(msg, f, i), FieldPath(path, f->name(), i));
       }
     } else {
       check_one(r->GetMessage(msg, f), fpath);
@@ -375,13 +397,13 @@ void Check(const Message& msg, const std::string& prefix, const std::string& pat
 
 void CheckSupportedFields(const google::protobuf::Message& msg, const std::string& prefix,
                           const std::string& path, std::vector<std::string>* errors) {
-  Check(msg, prefix, path, errors, nullptr);
+  Check(msg, prefix, FieldPath(path), errors, nullptr);
 }
 
 void CheckDynamicFields(const google::protobuf::Message& msg, const std::string& prefix,
                         const std::string& path, std::vector<std::string>* errors,
                         uint64_t* ignored) {
-  Check(msg, prefix, path, errors, ignored);
+  Check(msg, prefix, FieldPath(path), errors, ignored);
 }
 
 }  // namespace rpx

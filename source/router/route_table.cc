@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "source/common/field_path.h"
 
 namespace rpx {
 namespace {
@@ -23,6 +24,8 @@ absl::Status Err(const std::string& path, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", what));
 }
 
+absl::Status Err(const FieldPath& path, const std::string& what) { return Err(path.str(), what); }
+
 absl::StatusOr<std::shared_ptr<const RE2>> CompileRegex(const std::string& pattern,
                                                         const std::string& path) {
   RE2::Options opts;
@@ -34,12 +37,12 @@ absl::StatusOr<std::shared_ptr<const RE2>> CompileRegex(const std::string& patte
 
 absl::StatusOr<HeaderOps> BuildHeaderOps(
     const google::protobuf::RepeatedPtrField<envoy::config::core::v3::HeaderValueOption>& add,
-    const google::protobuf::RepeatedPtrField<std::string>& remove, const std::string& add_path,
-    const std::string& remove_path) {
+    const google::protobuf::RepeatedPtrField<std::string>& remove, const FieldPath& parent,
+    const char* add_name, const char* remove_name) {
   HeaderOps ops;
   for (int i = 0; i < add.size(); ++i) {
     const auto& o = add[i];
-    std::string p = absl::StrCat(add_path, "[", i, "]");
+    std::string p = FieldPath(parent, add_name, i).str();
     HeaderToAdd h;
     h.key = absl::AsciiStrToLower(o.header().key());
     h.value = o.header().value();
@@ -78,7 +81,7 @@ absl::StatusOr<HeaderOps> BuildHeaderOps(
   for (int i = 0; i < remove.size(); ++i) {
     std::string name = absl::AsciiStrToLower(remove[i]);
     if (name.empty() || name[0] == ':' || name == "host") {
-      return Err(absl::StrCat(remove_path, "[", i, "]"),
+      return Err(FieldPath(parent, remove_name, i),
                  absl::StrCat("header '", remove[i], "' cannot be removed"));
     }
     ops.remove.push_back(std::move(name));
@@ -86,10 +89,10 @@ absl::StatusOr<HeaderOps> BuildHeaderOps(
   return ops;
 }
 
-absl::StatusOr<HeaderMatch> BuildHeaderMatch(const HeaderMatcher& m, const std::string& path) {
+absl::StatusOr<HeaderMatch> BuildHeaderMatch(const HeaderMatcher& m, const FieldPath& path) {
   HeaderMatch h;
   h.name = absl::AsciiStrToLower(m.name());
-  if (h.name.empty()) return Err(path + ".name", "must not be empty");
+  if (h.name.empty()) return Err(FieldPath(path, "name"), "must not be empty");
   h.invert = m.invert_match();
   h.treat_missing_as_empty = m.treat_missing_header_as_empty();
   envoy::type::matcher::v3::StringMatcher sm;
@@ -127,13 +130,13 @@ absl::StatusOr<HeaderMatch> BuildHeaderMatch(const HeaderMatcher& m, const std::
       return h;
   }
   h.kind = HeaderMatch::Kind::kString;
-  auto s = StringMatch::Create(sm, path);
+  auto s = StringMatch::Create(sm, path.str());
   if (!s.ok()) return s.status();
   h.string_match = std::move(*s);
   return h;
 }
 
-absl::Status BuildMatch(const RouteMatch& m, const std::string& path, RouteEntry* r) {
+absl::Status BuildMatch(const RouteMatch& m, const FieldPath& path, RouteEntry* r) {
   switch (m.path_specifier_case()) {
     case RouteMatch::kPrefix:
       r->path_kind = RouteEntry::PathKind::kPrefix;
@@ -145,7 +148,7 @@ absl::Status BuildMatch(const RouteMatch& m, const std::string& path, RouteEntry
       break;
     case RouteMatch::kSafeRegex: {
       r->path_kind = RouteEntry::PathKind::kRegex;
-      auto re = CompileRegex(m.safe_regex().regex(), path + ".safe_regex.regex");
+      auto re = CompileRegex(m.safe_regex().regex(), path.str() + ".safe_regex.regex");
       if (!re.ok()) return re.status();
       r->path_regex = *re;
       break;
@@ -155,7 +158,7 @@ absl::Status BuildMatch(const RouteMatch& m, const std::string& path, RouteEntry
       r->path_value = m.path_separated_prefix();
       if (r->path_value.empty() || r->path_value.back() == '/' ||
           r->path_value.find_first_of("?#") != std::string::npos) {
-        return Err(path + ".path_separated_prefix",
+        return Err(FieldPath(path, "path_separated_prefix"),
                    "must not be empty, end with '/', or contain '?' or '#'");
       }
       break;
@@ -165,13 +168,13 @@ absl::Status BuildMatch(const RouteMatch& m, const std::string& path, RouteEntry
   r->case_sensitive = !m.has_case_sensitive() || m.case_sensitive().value();
   if (!r->case_sensitive) r->path_value = absl::AsciiStrToLower(r->path_value);
   for (int i = 0; i < m.headers_size(); ++i) {
-    auto h = BuildHeaderMatch(m.headers(i), absl::StrCat(path, ".headers[", i, "]"));
+    auto h = BuildHeaderMatch(m.headers(i), FieldPath(path, "headers", i));
     if (!h.ok()) return h.status();
     r->headers.push_back(std::move(*h));
   }
   for (int i = 0; i < m.query_parameters_size(); ++i) {
     const auto& q = m.query_parameters(i);
-    std::string p = absl::StrCat(path, ".query_parameters[", i, "]");
+    std::string p = FieldPath(path, "query_parameters", i).str();
     QueryParamMatch qm;
     qm.name = q.name();
     if (qm.name.empty()) return Err(p + ".name", "must not be empty");
@@ -219,46 +222,44 @@ uint64_t DurationMs(const google::protobuf::Duration& d) {
   return static_cast<uint64_t>(d.seconds()) * 1000 + d.nanos() / 1000000;
 }
 
-absl::Status BuildAction(const Route& route, const std::string& path, RouteEntry* r) {
+absl::Status BuildAction(const Route& route, const FieldPath& path, RouteEntry* r) {
   switch (route.action_case()) {
     case Route::kRoute: {
       const auto& a = route.route();
-      std::string ap = path + ".route";
+      FieldPath ap(path, "route");
       switch (a.cluster_specifier_case()) {
         case envoy::config::route::v3::RouteAction::kCluster:
           r->action = RouteEntry::Action::kCluster;
           r->cluster = a.cluster();
-          if (r->cluster.empty()) return Err(ap + ".cluster", "must not be empty");
+          if (r->cluster.empty()) return Err(FieldPath(ap, "cluster"), "must not be empty");
           break;
         case envoy::config::route::v3::RouteAction::kWeightedClusters: {
           r->action = RouteEntry::Action::kWeightedClusters;
           const auto& wc = a.weighted_clusters();
           for (int i = 0; i < wc.clusters_size(); ++i) {
             const auto& c = wc.clusters(i);
-            std::string cp = absl::StrCat(ap, ".weighted_clusters.clusters[", i, "]");
-            if (c.name().empty()) return Err(cp + ".name", "must not be empty");
+            FieldPath wcp(ap, "weighted_clusters");
+            FieldPath cp(wcp, "clusters", i);
+            if (c.name().empty()) return Err(FieldPath(cp, "name"), "must not be empty");
             WeightedTarget t;
             t.cluster = c.name();
             t.weight = c.has_weight() ? c.weight().value() : 0;
-            auto req = BuildHeaderOps(c.request_headers_to_add(), c.request_headers_to_remove(),
-                                      cp + ".request_headers_to_add",
-                                      cp + ".request_headers_to_remove");
+            auto req = BuildHeaderOps(c.request_headers_to_add(), c.request_headers_to_remove(), cp,
+                                      "request_headers_to_add", "request_headers_to_remove");
             if (!req.ok()) return req.status();
             auto resp = BuildHeaderOps(c.response_headers_to_add(), c.response_headers_to_remove(),
-                                       cp + ".response_headers_to_add",
-                                       cp + ".response_headers_to_remove");
+                                       cp, "response_headers_to_add", "response_headers_to_remove");
             if (!resp.ok()) return resp.status();
             t.request_ops = std::move(*req);
             t.response_ops = std::move(*resp);
             r->total_weight += t.weight;
             r->weighted.push_back(std::move(t));
           }
-          if (r->weighted.empty()) return Err(ap + ".weighted_clusters", "no clusters");
-          if (r->total_weight == 0) {
-            return Err(ap + ".weighted_clusters", "the sum of the weights must be positive");
-          }
+          FieldPath wcp(ap, "weighted_clusters");
+          if (r->weighted.empty()) return Err(wcp, "no clusters");
+          if (r->total_weight == 0) return Err(wcp, "the sum of the weights must be positive");
           if (wc.has_total_weight() && wc.total_weight().value() != r->total_weight) {
-            return Err(ap + ".weighted_clusters.total_weight",
+            return Err(FieldPath(wcp, "total_weight"),
                        absl::StrCat("is ", wc.total_weight().value(), " but the weights sum to ",
                                     r->total_weight));
           }
@@ -287,7 +288,7 @@ absl::Status BuildAction(const Route& route, const std::string& path, RouteEntry
       r->strip_query = rd.strip_query();
       static const int kCodes[] = {301, 302, 303, 307, 308};
       int code = rd.response_code();
-      if (code < 0 || code > 4) return Err(path + ".redirect.response_code", "unknown code");
+      if (code < 0 || code > 4) return Err(path.str() + ".redirect.response_code", "unknown code");
       r->redirect_code = kCodes[code];
       break;
     }
@@ -295,11 +296,11 @@ absl::Status BuildAction(const Route& route, const std::string& path, RouteEntry
       const auto& d = route.direct_response();
       r->action = RouteEntry::Action::kDirectResponse;
       if (d.status() < 100 || d.status() > 599) {
-        return Err(path + ".direct_response.status", "must be within [100, 599]");
+        return Err(path.str() + ".direct_response.status", "must be within [100, 599]");
       }
       r->direct_status = d.status();
       if (d.has_body()) {
-        auto body = ReadDataSource(d.body(), path + ".direct_response.body");
+        auto body = ReadDataSource(d.body(), path.str() + ".direct_response.body");
         if (!body.ok()) return body.status();
         r->direct_body = std::move(*body);
         r->has_direct_body = true;
@@ -538,73 +539,69 @@ absl::StatusOr<std::shared_ptr<const RouteTable>> RouteTable::Create(const Route
                                                                      const std::string& path) {
   std::shared_ptr<RouteTable> t(new RouteTable());
   t->name_ = config.name();
+  t->path_ = path;
+  FieldPath root(t->path_);
   auto req = BuildHeaderOps(config.request_headers_to_add(), config.request_headers_to_remove(),
-                            path + ".request_headers_to_add", path + ".request_headers_to_remove");
+                            root, "request_headers_to_add", "request_headers_to_remove");
   if (!req.ok()) return req.status();
   auto resp = BuildHeaderOps(config.response_headers_to_add(), config.response_headers_to_remove(),
-                             path + ".response_headers_to_add",
-                             path + ".response_headers_to_remove");
+                             root, "response_headers_to_add", "response_headers_to_remove");
   if (!resp.ok()) return resp.status();
   t->request_ops_ = std::move(*req);
   t->response_ops_ = std::move(*resp);
-  absl::flat_hash_map<std::string, std::string> vhost_names;
+  absl::flat_hash_map<std::string, int> vhost_names;
+  vhost_names.reserve(config.virtual_hosts_size());
+  t->vhosts_.reserve(config.virtual_hosts_size());
+  t->exact_.reserve(config.virtual_hosts_size());
   for (int v = 0; v < config.virtual_hosts_size(); ++v) {
     const auto& vh = config.virtual_hosts(v);
-    std::string vp = absl::StrCat(path, ".virtual_hosts[", v, "]");
+    FieldPath vp(root, "virtual_hosts", v);
     auto entry = std::make_unique<VirtualHostEntry>();
     entry->name = vh.name();
-    if (entry->name.empty()) return Err(vp + ".name", "must not be empty");
-    if (!vhost_names.emplace(vh.name(), vp).second) {
-      return Err(vp + ".name", absl::StrCat("duplicate virtual host name '", vh.name(), "'"));
+    if (entry->name.empty()) return Err(FieldPath(vp, "name"), "must not be empty");
+    if (!vhost_names.emplace(vh.name(), v).second) {
+      return Err(FieldPath(vp, "name"),
+                 absl::StrCat("duplicate virtual host name '", vh.name(), "'"));
     }
-    if (vh.domains_size() == 0) return Err(vp + ".domains", "at least one domain is required");
-    auto vreq = BuildHeaderOps(vh.request_headers_to_add(), vh.request_headers_to_remove(),
-                               vp + ".request_headers_to_add", vp + ".request_headers_to_remove");
+    if (vh.domains_size() == 0) return Err(FieldPath(vp, "domains"), "at least one domain is required");
+    auto vreq = BuildHeaderOps(vh.request_headers_to_add(), vh.request_headers_to_remove(), vp,
+                               "request_headers_to_add", "request_headers_to_remove");
     if (!vreq.ok()) return vreq.status();
-    auto vresp = BuildHeaderOps(vh.response_headers_to_add(), vh.response_headers_to_remove(),
-                                vp + ".response_headers_to_add",
-                                vp + ".response_headers_to_remove");
+    auto vresp = BuildHeaderOps(vh.response_headers_to_add(), vh.response_headers_to_remove(), vp,
+                                "response_headers_to_add", "response_headers_to_remove");
     if (!vresp.ok()) return vresp.status();
     entry->request_ops = std::move(*vreq);
     entry->response_ops = std::move(*vresp);
+    entry->routes.reserve(vh.routes_size());
     for (int r = 0; r < vh.routes_size(); ++r) {
       const auto& route = vh.routes(r);
-      std::string rp = absl::StrCat(vp, ".routes[", r, "]");
+      FieldPath rp(vp, "routes", r);
       RouteEntry re;
       re.name = route.name();
-      if (!route.has_match()) return Err(rp + ".match", "is required");
-      absl::Status st = BuildMatch(route.match(), rp + ".match", &re);
+      if (!route.has_match()) return Err(FieldPath(rp, "match"), "is required");
+      absl::Status st = BuildMatch(route.match(), FieldPath(rp, "match"), &re);
       if (!st.ok()) return st;
       st = BuildAction(route, rp, &re);
       if (!st.ok()) return st;
       auto rreq = BuildHeaderOps(route.request_headers_to_add(), route.request_headers_to_remove(),
-                                 rp + ".request_headers_to_add",
-                                 rp + ".request_headers_to_remove");
+                                 rp, "request_headers_to_add", "request_headers_to_remove");
       if (!rreq.ok()) return rreq.status();
-      auto rresp =
-          BuildHeaderOps(route.response_headers_to_add(), route.response_headers_to_remove(),
-                         rp + ".response_headers_to_add", rp + ".response_headers_to_remove");
+      auto rresp = BuildHeaderOps(route.response_headers_to_add(),
+                                  route.response_headers_to_remove(), rp,
+                                  "response_headers_to_add", "response_headers_to_remove");
       if (!rresp.ok()) return rresp.status();
       re.request_ops = std::move(*rreq);
       re.response_ops = std::move(*rresp);
-      if (re.action == RouteEntry::Action::kCluster) {
-        t->referenced_clusters_.emplace_back(re.cluster, rp + ".route.cluster");
-      }
-      for (size_t w = 0; w < re.weighted.size(); ++w) {
-        t->referenced_clusters_.emplace_back(
-            re.weighted[w].cluster, absl::StrCat(rp, ".route.weighted_clusters.clusters[", w,
-                                                 "].name"));
-      }
       entry->routes.push_back(std::move(re));
     }
     const VirtualHostEntry* raw = entry.get();
     for (int d = 0; d < vh.domains_size(); ++d) {
       std::string domain = absl::AsciiStrToLower(vh.domains(d));
-      std::string dp = absl::StrCat(vp, ".domains[", d, "]");
       auto dup = [&]() {
-        return Err(dp, absl::StrCat("domain '", domain, "' is already used by another virtual host"));
+        return Err(FieldPath(vp, "domains", d),
+                   absl::StrCat("domain '", domain, "' is already used by another virtual host"));
       };
-      if (domain.empty()) return Err(dp, "must not be empty");
+      if (domain.empty()) return Err(FieldPath(vp, "domains", d), "must not be empty");
       if (domain == "*") {
         if (t->default_) return dup();
         t->default_ = raw;
@@ -617,14 +614,31 @@ absl::StatusOr<std::shared_ptr<const RouteTable>> RouteTable::Create(const Route
         }
       } else {
         if (domain.find('*') != std::string::npos) {
-          return Err(dp, "a wildcard '*' may only be the first or last character");
+          return Err(FieldPath(vp, "domains", d),
+                     "a wildcard '*' may only be the first or last character");
         }
-        if (!t->exact_.emplace(domain, raw).second) return dup();
+        if (!t->exact_.emplace(std::move(domain), raw).second) return dup();
       }
     }
     t->vhosts_.push_back(std::move(entry));
   }
   return std::shared_ptr<const RouteTable>(std::move(t));
+}
+
+std::vector<std::pair<std::string, std::string>> RouteTable::ReferencedClusters() const {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (size_t v = 0; v < vhosts_.size(); ++v) {
+    for (size_t r = 0; r < vhosts_[v]->routes.size(); ++r) {
+      const RouteEntry& re = vhosts_[v]->routes[r];
+      std::string rp = absl::StrCat(path_, ".virtual_hosts[", v, "].routes[", r, "].route");
+      if (re.action == RouteEntry::Action::kCluster) out.emplace_back(re.cluster, rp + ".cluster");
+      for (size_t w = 0; w < re.weighted.size(); ++w) {
+        out.emplace_back(re.weighted[w].cluster,
+                         absl::StrCat(rp, ".weighted_clusters.clusters[", w, "].name"));
+      }
+    }
+  }
+  return out;
 }
 
 const VirtualHostEntry* RouteTable::FindNoPort(std::string_view host) const {

@@ -141,9 +141,8 @@ class RouteTable {
   const RouteEntry* Route(const RequestHead& req, const VirtualHostEntry** vhost) const;
   // Every cluster name any route may send to, with the field path that names it (for validation
   // against the cluster set).
-  const std::vector<std::pair<std::string, std::string>>& ReferencedClusters() const {
-    return referenced_clusters_;
-  }
+  // (Computed on demand: the paths are only needed to report an error.)
+  std::vector<std::pair<std::string, std::string>> ReferencedClusters() const;
   size_t virtual_host_count() const { return vhosts_.size(); }
   const HeaderOps& request_ops() const { return request_ops_; }
   const HeaderOps& response_ops() const { return response_ops_; }
@@ -159,7 +158,7 @@ class RouteTable {
       suffix_, prefix_;
   const VirtualHostEntry* default_ = nullptr;
   HeaderOps request_ops_, response_ops_;
-  std::vector<std::pair<std::string, std::string>> referenced_clusters_;
+  std::string path_;
 };
 
 }  // namespace rpx

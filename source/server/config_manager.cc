@@ -521,6 +521,9 @@ std::string ConfigManager::ApplyRoutes(const XdsResourceMap& resources,
   }
   if (!errors.empty()) return Errors(errors);
   ignored_fields_ += ignored;
+  for (auto& [name, r] : routes_) {
+    if (r.table) retired_tables_.push_back(r.table);
+  }
   routes_ = std::move(next);
   // Measure how long until every worker runs the new tables (reported in /stats).
   int64_t received_ns = xds_ ? xds_->current_response_received_ns() : 0;
@@ -538,6 +541,7 @@ std::string ConfigManager::ApplyRoutes(const XdsResourceMap& resources,
         if (propagation_pending_ != pending) return;  // a newer update superseded this one
         last_route_propagation_us_ = (done_ns - received_ns) / 1000;
         ++route_updates_;
+        retired_tables_.clear();  // every worker runs the new tables now
       });
     };
   }
@@ -556,6 +560,7 @@ std::string ConfigManager::ApplyRoutes(const XdsResourceMap& resources,
     for (auto& w : workers_) w->UpdateListener(cfg, applied);
     d.active = cfg;
   }
+  if (!applied || pending->load() == 0) retired_tables_.clear();
   RebuildListenerList();
   return "";
 }

@@ -131,6 +131,9 @@ class ConfigManager : public XdsApplier {
   int64_t last_route_propagation_us_ = 0;
   uint64_t route_updates_ = 0;
   std::shared_ptr<std::atomic<int>> propagation_pending_;
+  // Replaced route tables stay referenced here until every worker has switched, so the last
+  // reference (and the cost of freeing a large table) falls on the main thread, not a worker.
+  std::vector<std::shared_ptr<const RouteTable>> retired_tables_;
 };
 
 }  // namespace rpx
