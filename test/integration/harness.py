@@ -7,6 +7,8 @@ generated Envoy v3 bootstrap files, real upstream servers (threads in this proce
 Where things come from (set by integration_test.sh under Bazel, or by hand):
   RPX_BIN                 the rpx binary (default: <repo>/bazel-bin/source/exe/rpx)
   RPX_QUICKSTART_CONFIG   configs/quickstart.yaml (default: <repo>/configs/quickstart.yaml)
+  XDS_SERVER_BIN          the reference control plane tools/xds_server/xds_server
+                          (default: <repo>/bazel-bin/tools/xds_server/xds_server)
   RPX_TEST_KEEP_TMP=1     keep the temporary directories (configs, rpx logs) for debugging
 """
 
@@ -62,6 +64,20 @@ def rpx_bin():
         if os.access(c, os.X_OK):
             return c
     raise RuntimeError("cannot find the rpx binary: set RPX_BIN")
+
+
+def xds_server_bin():
+    """Path of the reference control plane (tools/xds_server)."""
+    env = os.environ.get("XDS_SERVER_BIN")
+    if env:
+        if not os.access(env, os.X_OK):
+            raise RuntimeError("XDS_SERVER_BIN=%s is not an executable file" % env)
+        return env
+    for c in _runfiles_candidates("tools/xds_server/xds_server") + [
+            os.path.join(REPO_ROOT, "bazel-bin", "tools", "xds_server", "xds_server")]:
+        if os.access(c, os.X_OK):
+            return c
+    raise RuntimeError("cannot find the xds_server binary: set XDS_SERVER_BIN")
 
 
 def quickstart_config():
@@ -524,6 +540,344 @@ class Rpx(object):
         except AssertionError:
             raise AssertionError("stat %s is %s after %.1fs" % (name, box.get("v"), timeout))
         return box["v"]
+
+    def config_dump(self):
+        """GET /config_dump, parsed."""
+        status, body = self.admin("GET", "/config_dump")
+        if status != 200:
+            raise RpxError("GET /config_dump returned %d" % status)
+        return json.loads(body)
+
+
+# ---------------------------------------------------------------------------------------------
+# xDS: resources, bootstrap and the reference control plane (tools/xds_server)
+# ---------------------------------------------------------------------------------------------
+
+ADS_SOURCE = {"ads": {}, "resource_api_version": "V3"}
+XDS_TYPE_URLS = {
+    "LDS": "type.googleapis.com/envoy.config.listener.v3.Listener",
+    "RDS": "type.googleapis.com/envoy.config.route.v3.RouteConfiguration",
+    "CDS": "type.googleapis.com/envoy.config.cluster.v3.Cluster",
+    "EDS": "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment",
+}
+
+
+def xds_bootstrap(xds_port, admin_port=None, node_id="test-node", delta=False,
+                  initial_fetch_timeout="2s"):
+    """A bootstrap taking listeners and clusters (and through them routes and endpoints) from
+    one ADS stream to 127.0.0.1:xds_port (api_type GRPC, or DELTA_GRPC with delta=True)."""
+    lds = dict(ADS_SOURCE)
+    if initial_fetch_timeout:
+        lds["initial_fetch_timeout"] = initial_fetch_timeout
+    xds_cluster = {
+        "name": "xds",
+        "connect_timeout": "1s",
+        "typed_extension_protocol_options": {UPSTREAM_HTTP_OPTIONS: {
+            "@type": "type.googleapis.com/" + UPSTREAM_HTTP_OPTIONS,
+            "explicit_http_config": {"http2_protocol_options": {}},
+        }},
+        "load_assignment": {
+            "cluster_name": "xds",
+            "endpoints": [{"lb_endpoints": [{"endpoint": {"address": socket_address(xds_port)}}]}],
+        },
+    }
+    return {
+        "node": {"id": node_id, "cluster": "test"},
+        "admin": {"address": socket_address(admin_port or free_port())},
+        "dynamic_resources": {
+            "lds_config": lds,
+            "cds_config": dict(ADS_SOURCE),
+            "ads_config": {
+                "api_type": "DELTA_GRPC" if delta else "GRPC",
+                "transport_api_version": "V3",
+                "grpc_services": [{"envoy_grpc": {"cluster_name": "xds"}}],
+            },
+        },
+        "static_resources": {"clusters": [xds_cluster]},
+    }
+
+
+def rds_listener(name, port, route_config_name, initial_fetch_timeout=None, stat_prefix=None):
+    """An HTTP listener whose RouteConfiguration `route_config_name` comes over ADS."""
+    source = dict(ADS_SOURCE)
+    if initial_fetch_timeout:
+        source["initial_fetch_timeout"] = initial_fetch_timeout
+    return {
+        "name": name,
+        "address": socket_address(port),
+        "filter_chains": [{"filters": [{
+            "name": "envoy.filters.network.http_connection_manager",
+            "typed_config": {
+                "@type": HCM_TYPE,
+                "stat_prefix": stat_prefix or name,
+                "rds": {"config_source": source, "route_config_name": route_config_name},
+                "http_filters": [{"name": "envoy.filters.http.router",
+                                  "typed_config": {"@type": ROUTER_TYPE}}],
+            },
+        }]}],
+    }
+
+
+def route_configuration(name, virtual_hosts, extra=None):
+    rc = {"name": name, "virtual_hosts": list(virtual_hosts)}
+    if extra:
+        rc.update(extra)
+    return rc
+
+
+def eds_cluster(name, connect_timeout="1s", extra=None):
+    """A cluster whose endpoints come over ADS (a ClusterLoadAssignment named `name`)."""
+    c = {
+        "name": name,
+        "type": "EDS",
+        "connect_timeout": connect_timeout,
+        "eds_cluster_config": {"eds_config": dict(ADS_SOURCE)},
+    }
+    if extra:
+        c.update(extra)
+    return c
+
+
+def load_assignment(cluster_name, ports):
+    """A ClusterLoadAssignment of 127.0.0.1 endpoints."""
+    return {
+        "cluster_name": cluster_name,
+        "endpoints": [{"lb_endpoints": [{"endpoint": {"address": socket_address(p)}}
+                                        for p in ports]}],
+    }
+
+
+class XdsServerError(Exception):
+    pass
+
+
+class XdsServer(object):
+    """Runs tools/xds_server (by PID) on a temporary resource directory.
+
+        with XdsServer() as xds:
+            mark = xds.write_resources("config.yaml", routes=[...])
+            version = xds.wait_ack("RDS", mark)
+
+    Every start appends to one log (stdout of each run, after a "=== harness: start #N ===" line),
+    so a mark (a line count) stays valid across restart(). After the first start the port is
+    fixed: a restart listens on the same one.
+    """
+
+    _LISTENING = re.compile(r"^xds_server listening on .*:(\d+) dir=")
+
+    def __init__(self, port=0, poll_ms=200):
+        self.port = port
+        self.poll_ms = poll_ms
+        self.dir = make_tmpdir("rpx-it-xds-")
+        self.resource_dir = os.path.join(self.dir, "resources")
+        os.mkdir(self.resource_dir)
+        self.log_path = os.path.join(self.dir, "xds_server.log")
+        self.stderr_path = os.path.join(self.dir, "xds_server.stderr")
+        self.proc = None
+        self.starts = 0
+        self.returncodes = []
+        self._files = []
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.cleanup()
+        return False
+
+    # -- lifecycle
+    def start(self, timeout=READY_TIMEOUT):
+        global _PREFIX
+        if _PREFIX is None:
+            _PREFIX = _pdeathsig_prefix()
+        if self.alive():
+            raise XdsServerError("xds_server already running (pid %d)" % self.proc.pid)
+        deadline = time.monotonic() + timeout
+        while True:
+            self.starts += 1
+            with open(self.log_path, "ab") as f:
+                f.write(b"=== harness: start #%d ===\n" % self.starts)
+            mark = self.mark()
+            out = open(self.log_path, "ab")
+            err = open(self.stderr_path, "ab")
+            self._files = [out, err]
+            cmd = _PREFIX + [xds_server_bin(), "--port", str(self.port), "--dir",
+                             self.resource_dir, "--poll-ms", str(self.poll_ms)]
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+            while True:
+                m = self.find(self._LISTENING, mark)
+                if m:
+                    self.port = int(m[-1].group(1))
+                    return self
+                if self.proc.poll() is not None:
+                    break
+                if time.monotonic() >= deadline:
+                    self.stop()
+                    raise XdsServerError("xds_server did not start within %.0fs; log:\n%s" %
+                                         (timeout, self.log_tail()))
+                time.sleep(0.02)
+            # Exited during startup. A fixed port may still be held for a moment after a
+            # restart: retry until the deadline.
+            self._record_exit()
+            if self.port == 0 or time.monotonic() >= deadline:
+                raise XdsServerError("xds_server exited with %s during startup; stderr:\n%s" %
+                                     (self.proc.returncode, self.stderr_text()))
+            time.sleep(0.1)
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, sig=signal.SIGTERM):
+        """Stops this run (signal by PID, then SIGKILL). Returns its exit status."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                try:
+                    self.proc.wait(STOP_TIMEOUT)
+                except subprocess.TimeoutExpired:
+                    pass
+        rc = self.proc.returncode
+        self._record_exit()
+        return rc
+
+    def restart(self, timeout=READY_TIMEOUT):
+        self.stop()
+        return self.start(timeout)
+
+    def cleanup(self):
+        try:
+            self.stop()
+        finally:
+            remove_tmpdir(self.dir)
+
+    def _record_exit(self):
+        if self.proc is not None and self.proc.returncode is not None:
+            if not self.returncodes or self.returncodes[-1][0] != self.proc.pid:
+                self.returncodes.append((self.proc.pid, self.proc.returncode))
+        for f in self._files:
+            if not f.closed:
+                f.close()
+        self._files = []
+
+    # -- resource files
+    def write_file(self, filename, text):
+        """Replaces resources/<filename> atomically (a hidden temp file, then rename). Returns the
+        log mark taken before the write (for wait_ack and friends)."""
+        mark = self.mark()
+        tmp = os.path.join(self.resource_dir, ".%s.tmp" % filename)
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, os.path.join(self.resource_dir, filename))
+        return mark
+
+    def write_resources(self, filename, listeners=None, routes=None, clusters=None,
+                        endpoints=None):
+        """Writes one resource file with the given lists (None: the key is left out)."""
+        doc = {}
+        for key, value in (("listeners", listeners), ("routes", routes), ("clusters", clusters),
+                           ("endpoints", endpoints)):
+            if value is not None:
+                doc[key] = list(value)
+        return self.write_file(filename, to_yaml(doc) if doc else "{}\n")
+
+    def remove_file(self, filename):
+        mark = self.mark()
+        os.remove(os.path.join(self.resource_dir, filename))
+        return mark
+
+    # -- log
+    def lines(self):
+        try:
+            with open(self.log_path, "rb") as f:
+                data = f.read()
+        except OSError:
+            return []
+        text = data.decode("utf-8", "replace")
+        if not text.endswith("\n"):
+            text = text[:text.rfind("\n") + 1]  # a line being written is not there yet
+        return text.splitlines()
+
+    def mark(self):
+        """The number of log lines so far: pass it as `since` to look only at what follows."""
+        return len(self.lines())
+
+    def find(self, pattern, since=0):
+        """re.Match objects of the log lines after `since` that match `pattern` (re.search)."""
+        rx = re.compile(pattern) if isinstance(pattern, str) else pattern
+        out = []
+        for line in self.lines()[since:]:
+            m = rx.search(line)
+            if m:
+                out.append(m)
+        return out
+
+    def log_tail(self, n=60):
+        return "\n".join(self.lines()[-n:])
+
+    def stderr_text(self):
+        try:
+            with open(self.stderr_path, "rb") as f:
+                return f.read().decode("utf-8", "replace")[-4000:]
+        except OSError:
+            return ""
+
+    def wait_for(self, pattern, since=0, timeout=10.0, count=1, what=None):
+        """Waits until `count` log lines after `since` match `pattern`; returns the matches."""
+        box = {}
+
+        def check():
+            box["m"] = self.find(pattern, since)
+            return len(box["m"]) >= count
+        try:
+            wait_until(check, timeout=timeout, interval=0.02)
+        except AssertionError:
+            raise AssertionError("timed out after %.1fs waiting for %s in the xds_server log "
+                                 "(%d of %d lines); log tail:\n%s" %
+                                 (timeout, what or repr(pattern if isinstance(pattern, str)
+                                                        else pattern.pattern),
+                                  len(box.get("m", [])), count, self.log_tail()))
+        return box["m"]
+
+    def latest_snapshot_version(self, since=0):
+        m = self.find(r"^snapshot version=(\S+)", since)
+        return m[-1].group(1) if m else None
+
+    def wait_ack(self, type_name, since, timeout=10.0, node=None, version=None):
+        """After a write (`since` = its mark): waits until the control plane has loaded a new
+        snapshot and the client ACKed `type_name` ("LDS", "RDS", "CDS", "EDS") at the newest
+        snapshot version (or at `version`, when given). Returns that version."""
+        node_rx = re.escape(node) if node else r"\S+"
+        box = {}
+
+        def check():
+            v = version if version is not None else self.latest_snapshot_version(since)
+            box["v"] = v
+            if v is None:
+                return False
+            rx = r"^ACK node=%s type=%s version=%s nonce=" % (node_rx, type_name, re.escape(v))
+            return bool(self.find(rx, since))
+        try:
+            wait_until(check, timeout=timeout, interval=0.02)
+        except AssertionError:
+            raise AssertionError("timed out after %.1fs waiting for the ACK of %s version %s; "
+                                 "xds_server log tail:\n%s" %
+                                 (timeout, type_name, box.get("v"), self.log_tail()))
+        return box["v"]
+
+    def wait_nack(self, type_name, since, timeout=10.0, node=None):
+        """Waits for a NACK of `type_name` after `since`; returns (version, error)."""
+        node_rx = re.escape(node) if node else r"\S+"
+        m = self.wait_for(r"^NACK node=%s type=%s version=(\S*) nonce=\S+ error=(.*)$" %
+                          (node_rx, type_name), since, timeout, what="a NACK of " + type_name)
+        return m[0].group(1), m[0].group(2)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1214,6 +1568,16 @@ class IntegrationTestCase(unittest.TestCase):
         proxy.start()
         self.addCleanup(proxy.check_clean_exit)  # runs before cleanup (LIFO)
         return proxy
+
+    def start_xds_server(self, files=None, port=0, poll_ms=200):
+        """Starts tools/xds_server on a fresh resource directory holding `files` (file name ->
+        dict of write_resources() arguments) from the start; stopped (by PID) at cleanup."""
+        xds = XdsServer(port=port, poll_ms=poll_ms)
+        self.addCleanup(xds.cleanup)
+        for name, lists in (files or {}).items():
+            xds.write_resources(name, **lists)
+        xds.start()
+        return xds
 
     def raw_client(self, port, timeout=10.0):
         c = RawClient(port, timeout)

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs rpx integration tests (Python 3, stdlib only) against the real rpx binary.
 #   integration_test.sh [routing_test.py ...]     (no argument: every *_test.py)
-# Under `bazel test` the binary and configs come from the runfiles tree; by hand, set RPX_BIN
-# (default: <repo>/bazel-bin/source/exe/rpx).
+# Under `bazel test` the binaries and configs come from the runfiles tree; by hand, set RPX_BIN
+# (default: <repo>/bazel-bin/source/exe/rpx) and, for xds_test.py, XDS_SERVER_BIN (default:
+# <repo>/bazel-bin/tools/xds_server/xds_server).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -26,11 +27,15 @@ if [[ -n "$runfiles" ]]; then
   if [[ -z "${RPX_QUICKSTART_CONFIG:-}" && -f "$runfiles/configs/quickstart.yaml" ]]; then
     export RPX_QUICKSTART_CONFIG="$runfiles/configs/quickstart.yaml"
   fi
+  if [[ -z "${XDS_SERVER_BIN:-}" && -x "$runfiles/tools/xds_server/xds_server" ]]; then
+    export XDS_SERVER_BIN="$runfiles/tools/xds_server/xds_server"
+  fi
 else
   script_dir="$here"
   repo="$(cd "$here/../.." && pwd)"
   export RPX_BIN="${RPX_BIN:-$repo/bazel-bin/source/exe/rpx}"
   export RPX_QUICKSTART_CONFIG="${RPX_QUICKSTART_CONFIG:-$repo/configs/quickstart.yaml}"
+  export XDS_SERVER_BIN="${XDS_SERVER_BIN:-$repo/bazel-bin/tools/xds_server/xds_server}"
 fi
 
 if [[ -z "${RPX_BIN:-}" || ! -x "$RPX_BIN" ]]; then
