@@ -353,9 +353,9 @@ static_resources:
     circuit_breakers:
       thresholds:
       - priority: DEFAULT
-        max_connections: 100000
-        max_pending_requests: 100000
-        max_requests: 100000
+        max_connections: 1024
+        max_pending_requests: 1024
+        max_requests: 4096
         max_retries: 3
     typed_extension_protocol_options:
       envoy.extensions.upstreams.http.v3.HttpProtocolOptions:

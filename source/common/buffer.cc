@@ -7,8 +7,10 @@ namespace rpx {
 char* Buffer::Reserve(size_t n) {
   if (capacity_ - end_ >= n) return data_.get() + end_;
   size_t used = size();
-  if (capacity_ >= used + n && begin_ > 0) {
-    // Enough room if we slide the live bytes to the front.
+  // Slide the live bytes to the front only when that frees at least as much room as it copies
+  // (begin_ >= used): then each byte is moved O(1) times. Sliding a large buffer on every small
+  // append would be quadratic (a 1 MiB memmove per 16 KiB read).
+  if (capacity_ >= used + n && begin_ >= used) {
     memmove(data_.get(), data_.get() + begin_, used);
     begin_ = 0;
     end_ = used;

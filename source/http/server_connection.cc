@@ -225,6 +225,10 @@ void ServerConnection::EncodeData(const char* data, size_t len, bool end_stream)
   if (config_->stream_idle_timeout_ms && len) {
     stream_timer_->Enable(config_->stream_idle_timeout_ms);
   }
+  if (!response_no_body_ && len > 0 && !response_chunked_ && !end_stream) {
+    conn_->WriteThrough(data, len);  // large bodies stream through without piling up here
+    return;
+  }
   if (!response_no_body_ && len > 0) {
     Buffer& out = conn_->write_buffer();
     if (response_chunked_) {

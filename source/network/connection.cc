@@ -13,7 +13,8 @@ namespace rpx {
 namespace {
 std::atomic<uint64_t> g_next_id{1};
 // Bytes read per syscall, and the most read per readiness event before yielding to other sockets.
-constexpr size_t kReadChunk = 16 * 1024;
+// Each chunk is handed to the owner before the next read, so buffers stay small and cache-hot.
+constexpr size_t kReadChunk = 32 * 1024;
 constexpr size_t kMaxReadPerEvent = 256 * 1024;
 }  // namespace
 
@@ -67,6 +68,31 @@ void Connection::Write(std::string_view data) {
   if (state_ == State::kClosed) return;
   write_buffer_.Append(data);
   ScheduleWrite();
+}
+
+void Connection::WriteThrough(const char* data, size_t len) {
+  if (state_ != State::kOpen || !write_buffer_.empty() || flush_scheduled_) {
+    if (state_ == State::kClosed) return;
+    write_buffer_.Append(data, len);
+    ScheduleWrite();
+    return;
+  }
+  size_t sent = 0;
+  while (sent < len) {
+    ssize_t n = transport_->Write(fd_, data + sent, len - sent);
+    if (n > 0) {
+      sent += n;
+      continue;
+    }
+    if (n == -EAGAIN || n == -EINTR) break;
+    CloseNow(ConnectionEvent::kRemoteClose, true);
+    return;
+  }
+  if (sent < len) {
+    write_buffer_.Append(data + sent, len - sent);
+    CheckWatermarks();
+    UpdateInterest();
+  }
 }
 
 void Connection::ScheduleWrite() {
@@ -128,12 +154,13 @@ void Connection::OnFileEvent(uint32_t events) {
 void Connection::DoRead() {
   size_t total = 0;
   bool eof = false;
-  while (total < kMaxReadPerEvent && !read_disabled_) {
+  while (total < kMaxReadPerEvent && !read_disabled_ && state_ == State::kOpen) {
     char* p = read_buffer_.Reserve(kReadChunk);
-    ssize_t n = transport_->Read(fd_, p, read_buffer_.WritableBytes());
+    ssize_t n = transport_->Read(fd_, p, kReadChunk);
     if (n > 0) {
       read_buffer_.Commit(n);
       total += n;
+      if (callbacks_) callbacks_->OnData(read_buffer_);
       if (static_cast<size_t>(n) < kReadChunk) break;  // socket drained (saves an EAGAIN read)
       continue;
     }
@@ -144,7 +171,6 @@ void Connection::DoRead() {
     }
     break;
   }
-  if (total > 0 && callbacks_) callbacks_->OnData(read_buffer_);
   if (state_ == State::kClosed) return;
   if (eof) {
     CloseNow(ConnectionEvent::kRemoteClose, true);

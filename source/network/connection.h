@@ -56,6 +56,10 @@ class Connection : public DeferredDeletable, public Flushable {
 
   void SetCallbacks(ConnectionCallbacks* cb) { callbacks_ = cb; }
   void Write(std::string_view data);
+  // Like Write, but when nothing is queued the bytes go to the socket at once, and only what the
+  // socket does not take is buffered. For streamed bodies: the data is sent from the (cache-hot)
+  // buffer it was just read into instead of piling up in ours.
+  void WriteThrough(const char* data, size_t len);
   Buffer& write_buffer() { return write_buffer_; }
   // Call after appending to write_buffer() directly.
   void ScheduleWrite();

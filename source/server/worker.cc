@@ -47,11 +47,19 @@ void Worker::AddListenerNow(std::shared_ptr<const ListenerConfig> config, int fd
       dispatcher_, fd, [this, raw](int cfd, const SocketAddress& peer) { OnAccept(*raw, cfd, peer); });
   auto it = listeners_.find(config->name);
   if (it != listeners_.end()) {
-    // Replaced under the same name (a new address): the old one drains.
+    // Replaced under the same name (a new address): the old socket closes and its connections
+    // drain; with none left it is freed at once.
     it->second->listener.reset();
-    for (auto& [c, sc] : it->second->connections) c->CloseWhenIdle();
-    draining_.push_back(std::move(it->second));
+    std::vector<ServerConnection*> open;
+    for (auto& [c, sc] : it->second->connections) open.push_back(c);
+    if (!open.empty()) {
+      ActiveListener* raw_old = it->second.get();
+      raw_old->drain_timer = dispatcher_.CreateTimer([this, raw_old] { FinishDrain(raw_old); });
+      raw_old->drain_timer->Enable(drain_ms_);
+      draining_.push_back(std::move(it->second));
+    }
     listeners_.erase(it);
+    for (auto* c : open) c->CloseWhenIdle();
   }
   listeners_.emplace(config->name, std::move(l));
 }
@@ -76,13 +84,16 @@ void Worker::RemoveListener(const std::string& name, uint64_t drain_ms) {
     std::unique_ptr<ActiveListener> l = std::move(it->second);
     listeners_.erase(it);
     l->listener.reset();  // stop accepting; the socket closes
-    for (auto& [c, sc] : l->connections) c->CloseWhenIdle();
+    std::vector<ServerConnection*> open;
+    for (auto& [c, sc] : l->connections) open.push_back(c);
     ActiveListener* raw = l.get();
-    if (!l->connections.empty()) {
+    if (!open.empty()) {
       l->drain_timer = dispatcher_.CreateTimer([this, raw] { FinishDrain(raw); });
       l->drain_timer->Enable(drain_ms);
       draining_.push_back(std::move(l));
     }
+    // Closing an idle connection runs its on_closed callback, which edits the map: iterate a copy.
+    for (auto* c : open) c->CloseWhenIdle();
   });
 }
 

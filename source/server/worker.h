@@ -6,6 +6,7 @@
 // methods below, which post to the worker's dispatcher; each carries an immutable snapshot.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
@@ -45,6 +46,8 @@ class Worker {
   // Thread-safe: stops accepting, closes connections and ends the thread; returns when joined.
   void Stop();
   uint32_t index() const { return index_; }
+  // How long connections of a listener replaced under the same name (new address) may finish.
+  void set_drain_ms(uint64_t ms) { drain_ms_ = ms; }
   Dispatcher& dispatcher() { return dispatcher_; }
 
  private:
@@ -63,6 +66,7 @@ class Worker {
   }
 
   uint32_t index_;
+  std::atomic<uint64_t> drain_ms_{5000};  // for listeners replaced by a new address
   Dispatcher dispatcher_;
   Random random_;
   WorkerClusterManager clusters_;

@@ -81,6 +81,9 @@ void UpstreamClient::SendData(const char* data, size_t len, bool end_stream) {
       out.Append("\r\n", 2);
     }
     if (end_stream) out.Append("0\r\n\r\n", 5);
+  } else if (!end_stream) {
+    conn_->WriteThrough(data, len);
+    return;
   } else {
     out.Append(data, len);
   }

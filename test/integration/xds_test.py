@@ -325,6 +325,25 @@ class XdsTests(object):
         # The main listener is unaffected.
         self.assertEqual(self.served_by("/still"), "A")
 
+    # -- 6b
+    def test_listener_address_change_rebinds(self):
+        self.start_all(("A",))
+        main = self.state["listeners"][0]
+        self.assertEqual(self.served_by("/before"), "A")
+        old_port = self.port
+        new_port = free_port()
+        moved = rds_listener("main", new_port, MAIN_ROUTES)
+        mark = self.update(listeners=[moved])
+        self.wait_ack("LDS", mark)
+        # The same listener now accepts on the new address; the old socket is closed.
+        self.assertEqual(self.served_by("/after", new_port), "A")
+        wait_until(lambda: connection_refused(old_port), timeout=5,
+                   what="the old address to stop accepting")
+        dump = by_name(self.proxy.config_dump()["listeners"], "main")
+        self.assertEqual(dump["state"], "active")
+        self.assertEqual(dump["config"]["address"]["socket_address"]["port_value"], new_port)
+        self.assertIsNotNone(main)
+
     # -- 7
     def test_listener_without_routes_serves_404_after_initial_fetch_timeout(self):
         self.start_all(("A",))

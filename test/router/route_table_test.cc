@@ -254,7 +254,7 @@ virtual_hosts:
   }
   EXPECT_EQ(a, 100);
   EXPECT_EQ(b, 300);
-  const auto& clusters = t->ReferencedClusters();
+  const auto clusters = t->ReferencedClusters();
   ASSERT_EQ(clusters.size(), 2u);
   EXPECT_EQ(clusters[0].first, "a");
   EXPECT_EQ(clusters[1].second, "route_config.virtual_hosts[0].routes[0].route.weighted_clusters.clusters[1].name");
