@@ -193,8 +193,10 @@ void Dispatcher::RunOnce(int max_wait_ms) {
     if (events[i].events & (EPOLLOUT | EPOLLHUP | EPOLLERR)) ev |= FileEvent::kWrite;
     if (events[i].events & (EPOLLHUP | EPOLLERR)) ev |= FileEvent::kClosed;
     fe->cb_(ev);
+    // Send what this event produced now (its headers and body still leave in one syscall), so
+    // the peer starts working while we handle the rest of the batch.
+    RunFlushes();
   }
-  RunFlushes();
   RunTimers();
   RunFlushes();
   ClearDeferred();

@@ -64,8 +64,9 @@ class DeferredDeletable {
   virtual ~DeferredDeletable() = default;
 };
 
-// Something with buffered output that the loop flushes once after each batch of events, so several
-// writes made while handling one batch leave in one syscall.
+// Something with buffered output that the loop flushes after each event it handles, so the writes
+// one event causes (a response's headers and body) leave in one syscall, without waiting for the
+// rest of the batch.
 class Flushable {
  public:
   virtual ~Flushable() = default;
