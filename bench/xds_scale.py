@@ -161,6 +161,7 @@ static_resources:
         samples = []
         for i in range(args.updates):
             samples.append(push_and_wait(routes_yaml(args.vhosts, f"u{i}")))
+        print("samples (ms, in order): " + " ".join(f"{x/1000:.1f}" for x in samples), file=sys.stderr)
         samples.sort()
         print(f"| vhosts | workers | protocol | updates | propagation median | p90 | max | "
               f"first load (file write to ACK) | RSS 1 vhost | RSS {args.vhosts} vhosts | per vhost |")

@@ -73,6 +73,8 @@ ServerConnection::~ServerConnection() {
     closed_ = true;
     stats_.downstream_cx_active.Dec();
   }
+  // A response still being flushed (or a linger) completes after we are gone.
+  Connection::Release(std::move(conn_));
 }
 
 void ServerConnection::OnData(Buffer&) {
@@ -381,6 +383,7 @@ void ServerConnection::CloseWhenIdle() {
 void ServerConnection::Close(bool flush) {
   if (closed_) return;
   closed_ = true;
+  stream_was_active_at_close_ = stream_active_ || request_has_body_;
   stats_.downstream_cx_active.Dec();
   idle_timer_->Disable();
   stream_timer_->Disable();
@@ -394,7 +397,16 @@ void ServerConnection::Close(bool flush) {
       conn_->dispatcher().DeferredDelete(std::move(handler_));
     }
   }
-  conn_->Close(flush ? Connection::CloseType::kFlushWrite : Connection::CloseType::kNoFlush, false);
+  // If the client may still be sending (a request body we did not read), linger so that our
+  // response is not destroyed by a RST.
+  Connection::CloseType type = Connection::CloseType::kNoFlush;
+  if (flush) {
+    bool unread_input = (stream_was_active_at_close_ && !request_complete_) ||
+                        !conn_->read_buffer().empty();
+    type = unread_input ? Connection::CloseType::kFlushWriteThenLinger
+                        : Connection::CloseType::kFlushWrite;
+  }
+  conn_->Close(type, false);
   if (on_closed_) on_closed_(this);
 }
 

@@ -85,6 +85,7 @@ class ServerConnection : public ConnectionCallbacks,
   bool closed_ = false;
   bool upstream_backpressure_ = false;
   bool drain_ = false;
+  bool stream_was_active_at_close_ = false;
   uint32_t requests_ = 0;
 };
 

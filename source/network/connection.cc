@@ -16,6 +16,8 @@ std::atomic<uint64_t> g_next_id{1};
 // Each chunk is handed to the owner before the next read, so buffers stay small and cache-hot.
 constexpr size_t kReadChunk = 32 * 1024;
 constexpr size_t kMaxReadPerEvent = 256 * 1024;
+// How long a closing connection keeps discarding input (nginx's lingering_timeout is 5 s).
+constexpr uint64_t kLingerMs = 5000;
 }  // namespace
 
 ssize_t RawTransport::Read(int fd, char* buf, size_t len) {
@@ -142,6 +144,18 @@ void Connection::OnFileEvent(uint32_t events) {
     if (state_ == State::kOpen && !write_buffer_.empty()) DoWrite();
     return;
   }
+  if (state_ == State::kLingering) {
+    // Discard what the peer still sends; its close (or an error) ends the linger.
+    char buf[16 * 1024];
+    for (int i = 0; i < 16; ++i) {
+      ssize_t n = transport_->Read(fd_, buf, sizeof(buf));
+      if (n > 0) continue;
+      if (n == -EAGAIN || n == -EINTR) return;
+      CloseNow(ConnectionEvent::kLocalClose, false);
+      return;
+    }
+    return;
+  }
   if ((events & FileEvent::kWrite) && state_ != State::kClosed) DoWrite();
   if ((events & FileEvent::kRead) && state_ == State::kOpen) DoRead();
   // Hang-up or error while reads are disabled: nothing above noticed it, and level-triggered
@@ -193,7 +207,11 @@ void Connection::DoWrite() {
   if (write_buffer_.empty()) {
     write_buffer_.ShrinkIfEmpty();
     if (state_ == State::kClosingAfterFlush) {
-      CloseNow(ConnectionEvent::kLocalClose, false);
+      if (linger_after_flush_) {
+        StartLinger();
+      } else {
+        CloseNow(ConnectionEvent::kLocalClose, false);
+      }
       return;
     }
   }
@@ -211,9 +229,48 @@ void Connection::CheckWatermarks() {
   }
 }
 
+void Connection::Release(std::unique_ptr<Connection> conn) {
+  if (!conn) return;
+  if (conn->state_ == State::kClosingAfterFlush || conn->state_ == State::kLingering) {
+    conn->self_owned_ = true;
+    conn.release();  // deletes itself (deferred) in CloseNow
+    return;
+  }
+  // Owners are themselves freed outside event dispatch (deferred), so closing now is safe.
+  conn.reset();
+}
+
+void Connection::StartLinger() {
+  state_ = State::kLingering;
+  ::shutdown(fd_, SHUT_WR);
+  read_buffer_.Clear();
+  file_event_->SetInterest(FileEvent::kRead);
+  linger_timer_ = dispatcher_.CreateTimer([this] { CloseNow(ConnectionEvent::kLocalClose, false); });
+  linger_timer_->Enable(kLingerMs);
+}
+
 void Connection::Close(CloseType type, bool notify) {
-  if (state_ == State::kClosed || state_ == State::kClosingAfterFlush) return;
-  if (type == CloseType::kFlushWrite && !write_buffer_.empty() && state_ == State::kOpen) {
+  if (state_ == State::kClosed || state_ == State::kClosingAfterFlush ||
+      state_ == State::kLingering) {
+    return;
+  }
+  if (type == CloseType::kFlushWriteThenLinger && state_ == State::kOpen) {
+    if (notify && callbacks_) callbacks_->OnEvent(ConnectionEvent::kLocalClose);
+    callbacks_ = nullptr;
+    linger_after_flush_ = true;
+    if (write_buffer_.empty()) {
+      StartLinger();
+      return;
+    }
+    state_ = State::kClosingAfterFlush;
+    UpdateInterest();
+    if (!flush_scheduled_) {
+      flush_scheduled_ = true;
+      dispatcher_.ScheduleFlush(this);
+    }
+    return;
+  }
+  if (type != CloseType::kNoFlush && !write_buffer_.empty() && state_ == State::kOpen) {
     state_ = State::kClosingAfterFlush;
     // Stop delivering reads; the socket closes once the buffer is written.
     if (notify && callbacks_) callbacks_->OnEvent(ConnectionEvent::kLocalClose);
@@ -231,6 +288,7 @@ void Connection::Close(CloseType type, bool notify) {
 void Connection::CloseNow(ConnectionEvent event, bool notify) {
   if (state_ == State::kClosed) return;
   state_ = State::kClosed;
+  if (linger_timer_) linger_timer_->Disable();
   file_event_->Unregister();
   ::close(fd_);
   read_buffer_.Clear();
@@ -238,6 +296,10 @@ void Connection::CloseNow(ConnectionEvent event, bool notify) {
   ConnectionCallbacks* cb = callbacks_;
   callbacks_ = nullptr;
   if (notify && cb) cb->OnEvent(event);
+  if (self_owned_) {
+    self_owned_ = false;
+    dispatcher_.DeferredDelete(std::unique_ptr<DeferredDeletable>(this));
+  }
 }
 
 }  // namespace rpx

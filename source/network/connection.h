@@ -69,7 +69,11 @@ class Connection : public DeferredDeletable, public Flushable {
   Buffer& read_buffer() { return read_buffer_; }
   bool read_disabled() const { return read_disabled_; }
 
-  enum class CloseType { kFlushWrite, kNoFlush };
+  // kFlushWriteThenLinger: after the buffered output is written, shut down the write side and
+  // discard input until the peer closes (or `linger_ms`): closing with unread input would send a
+  // RST that can destroy the response before the peer reads it (a client still uploading a body
+  // we answered early).
+  enum class CloseType { kFlushWrite, kNoFlush, kFlushWriteThenLinger };
   // Closes now (or once buffered output is written, for kFlushWrite). Raises kLocalClose, unless
   // the close is silent (used when the owner is already tearing down).
   void Close(CloseType type, bool notify = true);
@@ -82,8 +86,13 @@ class Connection : public DeferredDeletable, public Flushable {
 
   void Flush() override;
 
+  // For an owner that goes away: a connection still flushing or lingering finishes that on its
+  // own and then frees itself; any other is closed and freed now.
+  static void Release(std::unique_ptr<Connection> conn);
+
  private:
-  enum class State { kConnecting, kOpen, kClosingAfterFlush, kClosed };
+  enum class State { kConnecting, kOpen, kClosingAfterFlush, kLingering, kClosed };
+  void StartLinger();
   void OnFileEvent(uint32_t events);
   void DoRead();
   void DoWrite();
@@ -103,6 +112,9 @@ class Connection : public DeferredDeletable, public Flushable {
   ConnectionCallbacks* callbacks_ = nullptr;
   std::unique_ptr<TransportSocket> transport_;
   std::unique_ptr<FileEvent> file_event_;
+  bool linger_after_flush_ = false;
+  bool self_owned_ = false;  // released by its owner while closing; frees itself when closed
+  std::unique_ptr<Timer> linger_timer_;
   Buffer read_buffer_;
   Buffer write_buffer_;
 };

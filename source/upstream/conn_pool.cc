@@ -40,7 +40,7 @@ UpstreamClient::UpstreamClient(ConnPool& pool, std::unique_ptr<Connection> conn)
   });
 }
 
-UpstreamClient::~UpstreamClient() = default;
+UpstreamClient::~UpstreamClient() { Connection::Release(std::move(conn_)); }
 
 const Host& UpstreamClient::host() const { return pool_.host(); }
 

@@ -111,6 +111,31 @@ class BodiesTest(IntegrationTestCase):
         self.assertEqual(len(r.body), BIG)
         self.assertEqual(sha256(r.body), sha256(det_bytes(BIG)))
 
+    def test_slow_reader_gets_the_whole_response_before_close(self):
+        # Connection: close with a client that reads slowly through a tiny receive window: when the
+        # response ends, rpx still holds part of it; it must finish writing it before closing,
+        # not drop it when the connection's owner goes away.
+        import socket as socketlib
+        size = BIG
+        s = socketlib.socket(socketlib.AF_INET, socketlib.SOCK_STREAM)
+        s.setsockopt(socketlib.SOL_SOCKET, socketlib.SO_RCVBUF, 4096)
+        s.settimeout(30)
+        s.connect(("127.0.0.1", self.port))
+        s.sendall(b"GET /bytes/%d HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n" % size)
+        data = bytearray()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            chunk = s.recv(16384)
+            if not chunk:
+                break
+            data += chunk
+            time.sleep(0.001)
+        s.close()
+        head, _, body = bytes(data).partition(b"\r\n\r\n")
+        self.assertTrue(head.startswith(b"HTTP/1.1 200"), head[:100])
+        self.assertEqual(len(body), size)
+        self.assertEqual(sha256(body), sha256(det_bytes(size)))
+
     def test_download_8mib_chunked(self):
         r = curl(self.url("/chunked/%d" % BIG))
         self.assertEqual(r.status, 200)
