@@ -127,7 +127,8 @@ static_resources:
     cp_log = open(os.path.join(tmp, "cp.log"), "w+")
     cp = subprocess.Popen([args.xds_server, "--port", str(xds_port), "--dir", res, "--poll-ms", "20"],
                           stdout=cp_log, stderr=subprocess.STDOUT)
-    rpx = subprocess.Popen([args.rpx, "-c", boot, "--concurrency", str(args.workers), "-l", "warn"])
+    rpx = subprocess.Popen([args.rpx, "-c", boot, "--concurrency", str(args.workers), "-l", "warn"],
+                           env=dict(os.environ))
     try:
         def ready():
             try:
