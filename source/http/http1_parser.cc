@@ -89,8 +89,21 @@ int Http1Parser::OnHeaderField(llhttp_t* p, const char* at, size_t len) {
   return 0;
 }
 
+char Http1Parser::Before(const char* at, int k) const {
+  ptrdiff_t back = at - exec_begin_;
+  if (back >= k) return at[-k];
+  return prev_tail_[2 - (k - back)];  // k - back is 1 or 2
+}
+
 int Http1Parser::OnHeaderValue(llhttp_t* p, const char* at, size_t len) {
   Http1Parser* self = Self(p);
+  // A value span that starts right after CRLF and whitespace is a folded continuation (obs-fold),
+  // which llhttp joins silently.
+  char b1 = len > 0 ? self->Before(at, 1) : 0;
+  if (b1 == '\n' || (len > 0 && self->Before(at, 2) == '\n' && (b1 == ' ' || b1 == '\t'))) {
+    return self->type_ == Type::kRequest ? self->Fail(400, "folded header line (obs-fold)")
+                                         : self->Fail(502, "folded header line (obs-fold)");
+  }
   if (!self->AddHeaderBytes(len)) return self->HeadersTooLarge();
   self->cur_value_.append(at, len);
   return 0;
@@ -110,6 +123,12 @@ int Http1Parser::OnHeaderValueComplete(llhttp_t* p) {
     return self->type_ == Type::kRequest ? self->Fail(431, "too many request headers")
                                          : self->Fail(502, "too many response headers");
   }
+  // llhttp accepts obs-fold (a header continued on the next line); intermediaries may read it
+  // differently, so it is refused (RFC 9112 5.2 allows a 400).
+  if (self->cur_value_.find_first_of("\r\n") != std::string::npos) {
+    return self->type_ == Type::kRequest ? self->Fail(400, "folded header line (obs-fold)")
+                                         : self->Fail(502, "folded header line (obs-fold)");
+  }
   ToLowerAscii(&self->cur_name_);
   TrimTrailingWhitespace(&self->cur_value_);
   auto& entries = headers.mutable_entries();
@@ -128,6 +147,11 @@ int Http1Parser::OnHeadersComplete(llhttp_t* p) {
   bool has_cl = (p->flags & F_CONTENT_LENGTH) != 0;
   if (self->type_ == Type::kRequest) {
     RequestHead& r = self->request_;
+    // A transfer coding other than a final "chunked": llhttp reports it only after this callback,
+    // when the request would already be routed; refuse it here.
+    if ((p->flags & F_TRANSFER_ENCODING) && !chunked) {
+      return self->Fail(501, "unsupported transfer coding");
+    }
     r.method = llhttp_method_name(static_cast<llhttp_method_t>(p->method));
     r.version_minor = p->http_minor;
     if (p->http_major != 1) return self->Fail(505, "unsupported HTTP version");
@@ -189,7 +213,15 @@ int Http1Parser::OnMessageCompleteCb(llhttp_t* p) {
 }
 
 Http1Parser::Result Http1Parser::Execute(const char* data, size_t len, size_t* consumed) {
+  exec_begin_ = data;
   llhttp_errno_t err = llhttp_execute(&parser_, data, len);
+  if (len >= 2) {
+    prev_tail_[0] = data[len - 2];
+    prev_tail_[1] = data[len - 1];
+  } else if (len == 1) {
+    prev_tail_[0] = prev_tail_[1];
+    prev_tail_[1] = data[0];
+  }
   if (err == HPE_OK) {
     *consumed = len;
     return Result::kOk;

@@ -63,6 +63,9 @@ class Http1Parser {
   static int OnBodyCb(llhttp_t* p, const char* at, size_t len);
   static int OnMessageCompleteCb(llhttp_t* p);
   int Fail(int status, const char* reason);
+  // The byte `k` (1 or 2) positions before `at` in the stream, looking back into the previous
+  // Execute call's data when needed.
+  char Before(const char* at, int k) const;
   int HeadersTooLarge();
   bool AddHeaderBytes(size_t n);
 
@@ -80,6 +83,8 @@ class Http1Parser {
   bool in_message_ = false;
   bool expect_no_body_ = false;
   size_t header_bytes_ = 0;
+  const char* exec_begin_ = nullptr;  // data of the current Execute call
+  char prev_tail_[2] = {0, 0};        // last two bytes of the previous call's data
   int error_status_ = 0;
   std::string error_reason_;
 };

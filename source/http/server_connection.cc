@@ -102,11 +102,22 @@ void ServerConnection::ProcessInput() {
       stats_.downstream_cx_protocol_error.Inc();
       RPX_LOG(kDebug, "downstream %s: bad request: %s", peer_.ToString(), parser_.error_reason());
       in.Clear();
-      if (stream_active_) {
+      if (stream_active_ && response_started_) {
+        // A response is already on its way; it cannot be completed.
         if (handler_) handler_->OnDownstreamReset();
         EndStream();
-        // A response may already be on its way; it cannot be completed.
         Close(false);
+      } else if (stream_active_) {
+        // The body turned out malformed after the head was routed: abandon the upstream request
+        // (it never completes there) and answer the client.
+        if (handler_) handler_->OnDownstreamReset();
+        auto h = std::move(handler_);
+        if (h) conn_->dispatcher().DeferredDelete(std::move(h));
+        close_after_response_ = true;
+        SendLocalReply(parser_.error_status(), parser_.error_reason() + "\n", nullptr,
+                       "text/plain");
+        if (stream_active_) EndStream();
+        Close(true);
       } else {
         close_after_response_ = true;
         SendLocalReply(parser_.error_status(), parser_.error_reason() + "\n", nullptr,

@@ -108,6 +108,39 @@ TEST(Http1ParserTest, ContentLengthWithTransferEncodingIsRejected) {
   EXPECT_EQ(rec.heads, 0);
 }
 
+TEST(Http1ParserTest, ObsFoldIsRejectedEvenAcrossReads) {
+  for (size_t split : {0, 30, 31, 32, 33}) {
+    Recorder rec;
+    Http1Parser p(Http1Parser::Type::kRequest, rec, {});
+    std::string req = "GET / HTTP/1.1\r\nHost: h\r\nX-Folded: a\r\n b\r\n\r\n";
+    Http1Parser::Result r;
+    size_t consumed = 0;
+    if (split == 0) {
+      r = p.Execute(req.data(), req.size(), &consumed);
+    } else {
+      r = p.Execute(req.data(), split, &consumed);
+      if (r == Http1Parser::Result::kOk) {
+        r = p.Execute(req.data() + split, req.size() - split, &consumed);
+      }
+    }
+    EXPECT_EQ(r, Http1Parser::Result::kError) << "split at " << split;
+    EXPECT_EQ(p.error_status(), 400);
+    EXPECT_EQ(rec.heads, 0);
+  }
+}
+
+TEST(Http1ParserTest, HeaderValueSplitAcrossReadsIsNotAFold) {
+  Recorder rec;
+  Http1Parser p(Http1Parser::Type::kRequest, rec, {});
+  std::string req = "GET / HTTP/1.1\r\nHost: h\r\nX-Long: abc def\r\n\r\n";
+  size_t consumed;
+  size_t split = req.find("def");
+  ASSERT_EQ(p.Execute(req.data(), split, &consumed), Http1Parser::Result::kOk);
+  EXPECT_EQ(p.Execute(req.data() + split, req.size() - split, &consumed),
+            Http1Parser::Result::kPaused);
+  EXPECT_EQ(*p.request().headers.Get("x-long"), "abc def");
+}
+
 TEST(Http1ParserTest, HeaderLimits) {
   Recorder rec;
   Http1Parser p(Http1Parser::Type::kRequest, rec, {1024, 100});
