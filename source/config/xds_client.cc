@@ -300,17 +300,33 @@ void XdsClient::Finish(const std::string& type_url, const std::string& version,
   SendRequest(type_url, error);
 }
 
-void XdsClient::OnSotwResponse(uint64_t generation, int64_t received_ns,
-                               std::shared_ptr<DiscoveryResponse> r) {
-  if (generation != generation_) return;
+XdsClient::TypeState* XdsClient::StateFor(uint64_t generation, int64_t received_ns,
+                                          const std::string& type_url) {
+  if (generation != generation_) return nullptr;  // from a stream that has since closed
   current_received_ns_ = received_ns;
-  const std::string& type_url = r->type_url();
   auto it = types_.find(type_url);
   if (it == types_.end() || !it->second.subscribed) {
     RPX_LOG(kWarn, "xDS: ignoring a response for unrequested type %s", type_url);
-    return;
+    return nullptr;
   }
-  TypeState& st = it->second;
+  return &it->second;
+}
+
+// "" if `name` may be added to a response's resources, else why not.
+static std::string CheckName(const std::string& name, std::set<std::string>* seen) {
+  if (name.empty()) return "a resource has no name";
+  if (!seen->insert(name).second) {
+    return absl::StrCat("resource '", name, "' appears twice in the response");
+  }
+  return "";
+}
+
+void XdsClient::OnSotwResponse(uint64_t generation, int64_t received_ns,
+                               std::shared_ptr<DiscoveryResponse> r) {
+  const std::string& type_url = r->type_url();
+  TypeState* state = StateFor(generation, received_ns, type_url);
+  if (!state) return;
+  TypeState& st = *state;
   XdsResourceMap candidate;
   if (!IsWildcardType(type_url)) candidate = st.resources;  // never deleted by absence
   std::string error;
@@ -321,14 +337,8 @@ void XdsClient::OnSotwResponse(uint64_t generation, int64_t received_ns,
       break;
     }
     std::string name = NameOf(type_url, any);
-    if (name.empty()) {
-      error = "a resource has no name";
-      break;
-    }
-    if (!seen.insert(name).second) {
-      error = absl::StrCat("resource '", name, "' appears twice in the response");
-      break;
-    }
+    error = CheckName(name, &seen);
+    if (!error.empty()) break;
     if (!IsWildcardType(type_url) && !st.names.count(name)) continue;  // not (or no longer) wanted
     candidate[name] = XdsResource{r->version_info(), any};
   }
@@ -338,28 +348,17 @@ void XdsClient::OnSotwResponse(uint64_t generation, int64_t received_ns,
 
 void XdsClient::OnDeltaResponse(uint64_t generation, int64_t received_ns,
                                 std::shared_ptr<DeltaDiscoveryResponse> r) {
-  if (generation != generation_) return;
-  current_received_ns_ = received_ns;
   const std::string& type_url = r->type_url();
-  auto it = types_.find(type_url);
-  if (it == types_.end() || !it->second.subscribed) {
-    RPX_LOG(kWarn, "xDS: ignoring a delta response for unrequested type %s", type_url);
-    return;
-  }
-  TypeState& st = it->second;
+  TypeState* state = StateFor(generation, received_ns, type_url);
+  if (!state) return;
+  TypeState& st = *state;
   XdsResourceMap candidate = st.resources;
   std::string error;
   std::set<std::string> seen;
   for (const auto& res : r->resources()) {
     const std::string& name = res.name();
-    if (name.empty()) {
-      error = "a resource has no name";
-      break;
-    }
-    if (!seen.insert(name).second) {
-      error = absl::StrCat("resource '", name, "' appears twice in the response");
-      break;
-    }
+    error = CheckName(name, &seen);
+    if (!error.empty()) break;
     if (!res.has_resource()) continue;  // a name-only entry (e.g. a TTL refresh)
     if (res.resource().type_url() != type_url) {
       error = absl::StrCat("resource '", name, "' has type ", res.resource().type_url());

@@ -93,6 +93,8 @@ class XdsClient {
     bool initial_sent = false;         // delta: this stream already had our first request
   };
   void StreamLoop();
+  // The state of `type_url` if this response is current and the type is subscribed, else null.
+  TypeState* StateFor(uint64_t generation, int64_t received_ns, const std::string& type_url);
   void OnConnected(uint64_t generation);
   void OnDisconnected(uint64_t generation);
   void OnSotwResponse(uint64_t generation, int64_t received_ns,

@@ -52,6 +52,15 @@ void ResponseHead::Clear() {
   content_length = 0;
 }
 
+void AppendHeaders(Buffer& out, const HeaderMap& headers) {
+  for (const auto& e : headers.entries()) {
+    out.Append(e.first);
+    out.Append(": ", 2);
+    out.Append(e.second);
+    out.Append("\r\n", 2);
+  }
+}
+
 void ToLowerAscii(std::string* s) {
   for (char& c : *s) {
     if (c >= 'A' && c <= 'Z') c = c - 'A' + 'a';

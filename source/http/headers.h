@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "source/common/buffer.h"
+
 namespace rpx {
 
 class HeaderMap {
@@ -58,6 +60,9 @@ struct ResponseHead {
   uint64_t content_length = 0;
   void Clear();
 };
+
+// Appends "name: value\r\n" for every header (HTTP/1 wire form).
+void AppendHeaders(Buffer& out, const HeaderMap& headers);
 
 // Lower-cases ASCII in place.
 void ToLowerAscii(std::string* s);

@@ -35,6 +35,7 @@ ServerConnection::ServerConnection(std::unique_ptr<Connection> conn,
       stats_(stats),
       factory_(factory),
       peer_(peer),
+      peer_ip_(peer.Ip()),
       on_closed_(std::move(on_closed)),
       parser_(Http1Parser::Type::kRequest, *this,
               Http1Parser::Limits{config_->max_request_headers_kb * 1024,
@@ -208,12 +209,7 @@ void ServerConnection::EncodeHeaders(ResponseHead& head, bool end_stream) {
     case HttpConfig::ServerHeader::kPassThrough:
       break;
   }
-  for (const auto& e : head.headers.entries()) {
-    out.Append(e.first);
-    out.Append(": ", 2);
-    out.Append(e.second);
-    out.Append("\r\n", 2);
-  }
+  AppendHeaders(out, head.headers);
   if (head.has_content_length && !(StatusHasNoBody(head.status) && head.status != 304)) {
     out.Append("content-length: ", 16);
     out.AppendDecimal(head.content_length);
@@ -293,16 +289,12 @@ void ServerConnection::SendLocalReply(int status, std::string_view body,
     CountStatus(status);
     Buffer& out = conn_->write_buffer();
     AppendStatusLine(out, status, "");
-    for (const auto& e : head.headers.entries()) {
-      out.Append(e.first);
-      out.Append(": ", 2);
-      out.Append(e.second);
-      out.Append("\r\n", 2);
-    }
-    char buf[96];
-    int n = snprintf(buf, sizeof(buf), "server: %s\r\ncontent-length: %zu\r\nconnection: close\r\n\r\n",
-                     config_->server_name.c_str(), body.size());
-    out.Append(buf, n);
+    AppendHeaders(out, head.headers);
+    out.Append("server: ");
+    out.Append(config_->server_name);
+    out.Append("\r\ncontent-length: ");
+    out.AppendDecimal(body.size());
+    out.Append("\r\nconnection: close\r\n\r\n");
     out.Append(body);
     conn_->ScheduleWrite();
     response_started_ = false;

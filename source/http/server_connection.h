@@ -49,6 +49,7 @@ class ServerConnection : public ConnectionCallbacks,
   void ReadDisable(bool disable) override;
   bool response_started() const override { return response_started_; }
   const SocketAddress& remote_address() const override { return peer_; }
+  const std::string& remote_ip() const override { return peer_ip_; }
   bool is_tls() const override { return false; }
 
  private:
@@ -65,6 +66,7 @@ class ServerConnection : public ConnectionCallbacks,
   HttpStats& stats_;
   StreamHandlerFactory& factory_;
   SocketAddress peer_;
+  std::string peer_ip_;  // formatted once: every request's x-forwarded-for uses it
   std::function<void(ServerConnection*)> on_closed_;
   Http1Parser parser_;
   std::unique_ptr<StreamHandler> handler_;

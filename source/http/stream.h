@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include "source/event/dispatcher.h"
@@ -31,6 +32,7 @@ class ResponseEncoder {
   virtual void ReadDisable(bool disable) = 0;
   virtual bool response_started() const = 0;
   virtual const SocketAddress& remote_address() const = 0;
+  virtual const std::string& remote_ip() const = 0;  // remote_address() without the port
   virtual bool is_tls() const = 0;
 };
 

@@ -45,7 +45,6 @@ class RouterStream : public StreamHandler, public PoolCallbacks, public Response
   const VirtualHostEntry* vhost_ = nullptr;
   const WeightedTarget* weighted_ = nullptr;
   WorkerCluster* cluster_ = nullptr;
-  std::shared_ptr<const ClusterInfo> cluster_info_;  // keeps the resources/stats alive
   ConnPool* pool_ = nullptr;
   ConnPool::Pending* pending_ = nullptr;
   UpstreamClient* client_ = nullptr;
@@ -109,7 +108,6 @@ void RouterStream::OnRequestHeaders(RequestHead& head, bool end_stream) {
     LocalReply(503, absl::StrCat("cluster not found: ", cluster_name, "\n"));
     return;
   }
-  cluster_info_ = nullptr;
   ClusterStats& cstats = cluster_->stats();
   pool_ = cluster_->ChoosePool(router_.random().Next());
   if (!pool_) {
@@ -139,7 +137,7 @@ void RouterStream::RewriteRequest(RequestHead& head, const VirtualHostEntry& vh,
   h.Remove("expect");
   const HttpConfig& config = router_.config();
   if (!config.skip_xff_append) {
-    std::string ip = encoder_.remote_address().Ip();
+    const std::string& ip = encoder_.remote_ip();
     if (const std::string* xff = h.Get("x-forwarded-for")) {
       h.Set("x-forwarded-for", absl::StrCat(*xff, ", ", ip));
     } else {
@@ -173,7 +171,8 @@ void RouterStream::RewriteRequest(RequestHead& head, const VirtualHostEntry& vh,
   } else if (route_->auto_host_rewrite && !pool_->host().hostname.empty()) {
     head.host = pool_->host().hostname;
   }
-  if (h.Get("host") == nullptr || *h.Get("host") != head.host) h.Set("host", head.host);
+  const std::string* host = h.Get("host");
+  if (host == nullptr || *host != head.host) h.Set("host", head.host);
 }
 
 void RouterStream::StartRouteTimer() {

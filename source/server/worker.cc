@@ -114,26 +114,22 @@ void Worker::OnAccept(ActiveListener& l, int fd, const SocketAddress& peer) {
         if (it == lp->connections.end()) return;
         dispatcher_.DeferredDelete(std::move(it->second));
         lp->connections.erase(it);
+        // A draining listener with no connections left is freed (after this callback returns).
         if (lp->connections.empty() && !lp->listener) {
-          // A drained listener with no connections left is freed.
-          for (size_t i = 0; i < draining_.size(); ++i) {
-            if (draining_[i].get() == lp) {
-              if (draining_[i]->drain_timer) draining_[i]->drain_timer->Disable();
-              dispatcher_.Post([this, lp] {
-                for (size_t j = 0; j < draining_.size(); ++j) {
-                  if (draining_[j].get() == lp) {
-                    draining_.erase(draining_.begin() + j);
-                    return;
-                  }
-                }
-              });
-              break;
-            }
-          }
+          dispatcher_.Post([this, lp] { FreeDrained(lp); });
         }
       });
   ServerConnection* raw = sc.get();
   l.connections.emplace(raw, std::move(sc));
+}
+
+void Worker::FreeDrained(ActiveListener* l) {
+  for (size_t i = 0; i < draining_.size(); ++i) {
+    if (draining_[i].get() == l) {
+      draining_.erase(draining_.begin() + i);
+      return;
+    }
+  }
 }
 
 void Worker::UpdateClusters(std::shared_ptr<const ClusterMap> clusters) {

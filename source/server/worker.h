@@ -61,6 +61,7 @@ class Worker {
   void AddListenerNow(std::shared_ptr<const ListenerConfig> config, int fd);
   void OnAccept(ActiveListener& l, int fd, const SocketAddress& peer);
   void FinishDrain(ActiveListener* l);
+  void FreeDrained(ActiveListener* l);
   HttpStats& StatsFor(const ListenerConfig& c) {
     return c.http->stats[index_ % c.http->stats_slots];
   }

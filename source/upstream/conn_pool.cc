@@ -9,15 +9,6 @@ namespace rpx {
 namespace {
 // How soon a pool starved by the cluster-wide connection limit looks again for a free slot.
 constexpr uint64_t kStarvedRetryMs = 5;
-
-void AppendHeaders(Buffer& out, const HeaderMap& headers) {
-  for (const auto& e : headers.entries()) {
-    out.Append(e.first);
-    out.Append(": ", 2);
-    out.Append(e.second);
-    out.Append("\r\n", 2);
-  }
-}
 }  // namespace
 
 UpstreamClient::UpstreamClient(ConnPool& pool, std::unique_ptr<Connection> conn)

@@ -328,7 +328,6 @@ class XdsTests(object):
     # -- 6b
     def test_listener_address_change_rebinds(self):
         self.start_all(("A",))
-        main = self.state["listeners"][0]
         self.assertEqual(self.served_by("/before"), "A")
         old_port = self.port
         new_port = free_port()
@@ -342,7 +341,6 @@ class XdsTests(object):
         dump = by_name(self.proxy.config_dump()["listeners"], "main")
         self.assertEqual(dump["state"], "active")
         self.assertEqual(dump["config"]["address"]["socket_address"]["port_value"], new_port)
-        self.assertIsNotNone(main)
 
     # -- 7
     def test_listener_without_routes_serves_404_after_initial_fetch_timeout(self):
