@@ -1,6 +1,8 @@
 // rpx: an Envoy-style L7 reverse proxy. Flags follow Envoy's.
 #include <malloc.h>
+#include <sys/resource.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -10,6 +12,31 @@
 #include "source/server/server.h"
 
 namespace {
+
+// Like nginx's worker_rlimit_nofile: every downstream connection and every pooled upstream
+// connection is a file descriptor, and the usual soft limit (1024) is far below what a proxy
+// holds. Raise the soft limit to the hard limit; failing to is a warning, not fatal.
+void RaiseFileLimit() {
+  rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+    RPX_LOG(kWarn, "getrlimit(RLIMIT_NOFILE): %s", strerror(errno));
+    return;
+  }
+  rlim_t target = rl.rlim_max;
+  if (target == RLIM_INFINITY) target = 1 << 20;  // the kernel's default fs.nr_open
+  if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < target) {
+    rlim_t before = rl.rlim_cur;
+    rl.rlim_cur = target;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+      RPX_LOG(kWarn, "cannot raise the open-file limit from %llu to %llu: %s",
+              static_cast<unsigned long long>(before), static_cast<unsigned long long>(target),
+              strerror(errno));
+      return;
+    }
+  }
+  RPX_LOG(kInfo, "open-file limit (RLIMIT_NOFILE): %llu",
+          static_cast<unsigned long long>(rl.rlim_cur));
+}
 
 void Usage(FILE* out) {
   fprintf(out,
@@ -110,5 +137,6 @@ int main(int argc, char** argv) {
     Usage(stderr);
     return 1;
   }
+  if (!options.validate_only) RaiseFileLimit();
   return rpx::RunServer(options);
 }
