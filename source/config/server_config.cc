@@ -1,6 +1,7 @@
 #include "source/config/server_config.h"
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "envoy/config/cluster/v3/cluster.pb.h"
 #include "envoy/config/listener/v3/listener.pb.h"
@@ -309,6 +310,21 @@ bool Builder::BuildHttp(const HttpConnectionManager& hcm, const std::string& pat
       break;
     default:
       break;
+  }
+  for (int i = 0; i < hcm.upgrade_configs_size(); ++i) {
+    const auto& u = hcm.upgrade_configs(i);
+    std::string up = absl::StrCat(path, ".upgrade_configs[", i, "]");
+    HttpConfig::Upgrade entry;
+    entry.type = absl::AsciiStrToLower(u.upgrade_type());
+    entry.enabled = !u.has_enabled() || u.enabled().value();
+    if (entry.type.empty()) Error(up + ".upgrade_type", "is required");
+    if (entry.type == "connect" || entry.type == "h2c") {
+      Error(up + ".upgrade_type", absl::StrCat("'", u.upgrade_type(), "' cannot be tunnelled"));
+    }
+    for (const auto& prev : http->upgrades) {
+      if (prev.type == entry.type) Error(up + ".upgrade_type", "is listed twice");
+    }
+    http->upgrades.push_back(std::move(entry));
   }
   http->buffer_limit = lc->buffer_limit;
   if (hcm.has_rds()) {

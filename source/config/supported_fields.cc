@@ -41,6 +41,16 @@ const std::set<std::string>& Supported() {
       "envoy.config.core.v3.Http2ProtocolOptions.initial_stream_window_size",
       "envoy.config.core.v3.Http2ProtocolOptions.initial_connection_window_size",
       "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager.rds",
+      "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager."
+      "upgrade_configs",
+      "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager."
+      "UpgradeConfig.upgrade_type",
+      "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager."
+      "UpgradeConfig.enabled",
+      "envoy.config.route.v3.RouteAction.idle_timeout",
+      "envoy.config.route.v3.RouteAction.upgrade_configs",
+      "envoy.config.route.v3.RouteAction.UpgradeConfig.upgrade_type",
+      "envoy.config.route.v3.RouteAction.UpgradeConfig.enabled",
       "envoy.extensions.filters.network.http_connection_manager.v3.Rds.config_source",
       "envoy.extensions.filters.network.http_connection_manager.v3.Rds.route_config_name",
       "envoy.config.cluster.v3.Cluster.eds_cluster_config",
@@ -291,13 +301,9 @@ const std::set<std::string>& Ignorable() {
       "xff_num_trusted_hops",
       "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager.via",
       "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager."
-      "upgrade_configs",
-      "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager."
       "http2_protocol_options",
       "envoy.config.route.v3.RouteAction.retry_policy",
       "envoy.config.route.v3.RouteAction.hash_policy",
-      "envoy.config.route.v3.RouteAction.idle_timeout",
-      "envoy.config.route.v3.RouteAction.upgrade_configs",
       "envoy.config.route.v3.VirtualHost.retry_policy",
       "envoy.config.core.v3.HttpProtocolOptions.headers_with_underscores_action",
       "envoy.config.core.v3.Node.client_features",

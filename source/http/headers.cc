@@ -39,6 +39,7 @@ void RequestHead::Clear() {
   has_content_length = false;
   content_length = 0;
   expect_continue = false;
+  upgrade.clear();
 }
 
 void ResponseHead::Clear() {

@@ -44,6 +44,9 @@ struct RequestHead {
   bool has_content_length = false;
   uint64_t content_length = 0;
   bool expect_continue = false;
+  // The Upgrade header's value (as received) when the request asks to switch protocols
+  // (`Connection: upgrade` plus `Upgrade`), else empty. The router decides whether to honour it.
+  std::string upgrade;
 
   bool has_body() const { return chunked || content_length > 0; }
   void Clear();

@@ -10,6 +10,30 @@ void TrimTrailingWhitespace(std::string* s) {
   while (!s->empty() && (s->back() == ' ' || s->back() == '\t')) s->pop_back();
 }
 
+// True if the Transfer-Encoding headers say exactly "chunked". rpx decodes no other transfer
+// coding; forwarding "gzip, chunked" de-chunked (TE is hop-by-hop) would hand on a body still
+// gzip-coded with nothing saying so.
+bool OnlyChunked(const HeaderMap& headers) {
+  int tokens = 0;
+  for (const auto& e : headers.entries()) {
+    if (e.first != "transfer-encoding") continue;
+    size_t start = 0;
+    while (start <= e.second.size()) {
+      size_t end = e.second.find(',', start);
+      if (end == std::string::npos) end = e.second.size();
+      std::string_view t(e.second.data() + start, end - start);
+      while (!t.empty() && (t.front() == ' ' || t.front() == '\t')) t.remove_prefix(1);
+      while (!t.empty() && (t.back() == ' ' || t.back() == '\t')) t.remove_suffix(1);
+      if (!t.empty()) {
+        if (!EqualsIgnoreCase(t, "chunked")) return false;
+        ++tokens;
+      }
+      start = end + 1;
+    }
+  }
+  return tokens == 1;
+}
+
 // Authority of an absolute-form target ("http://host:port/path"), or empty.
 std::string AuthorityFromAbsoluteUrl(const std::string& url) {
   size_t scheme_end = url.find("://");
@@ -149,7 +173,7 @@ int Http1Parser::OnHeadersComplete(llhttp_t* p) {
     RequestHead& r = self->request_;
     // A transfer coding other than a final "chunked": llhttp reports it only after this callback,
     // when the request would already be routed; refuse it here.
-    if ((p->flags & F_TRANSFER_ENCODING) && !chunked) {
+    if ((p->flags & F_TRANSFER_ENCODING) && !(chunked && OnlyChunked(self->request_.headers))) {
       return self->Fail(501, "unsupported transfer coding");
     }
     r.method = llhttp_method_name(static_cast<llhttp_method_t>(p->method));
@@ -170,6 +194,13 @@ int Http1Parser::OnHeadersComplete(llhttp_t* p) {
       }
     }
     if (host_count > 1) return self->Fail(400, "multiple Host headers");
+    if (p->upgrade && r.method != "CONNECT") {
+      // llhttp set `upgrade` for `Connection: upgrade` plus an Upgrade header.
+      if (const std::string* u = r.headers.Get("upgrade")) r.upgrade = *u;
+      if (r.has_body() && !EqualsIgnoreCase(r.upgrade, "h2c")) {
+        return self->Fail(400, "an upgrade request must not have a body");
+      }
+    }
     std::string authority = AuthorityFromAbsoluteUrl(r.path);
     if (!authority.empty()) {
       r.host = authority;  // RFC 9112 3.2.2: absolute-form overrides Host
@@ -185,6 +216,12 @@ int Http1Parser::OnHeadersComplete(llhttp_t* p) {
     return 0;
   }
   ResponseHead& r = self->response_;
+  if (p->http_major != 1) return self->Fail(502, "response is not HTTP/1.x");
+  // RFC 9112 6.3 would read a non-chunked coding until close; rpx decodes none but chunked, and
+  // passing the coded body on without its Transfer-Encoding would misrepresent it.
+  if ((p->flags & F_TRANSFER_ENCODING) && !(chunked && OnlyChunked(r.headers))) {
+    return self->Fail(502, "unsupported transfer coding in response");
+  }
   r.status = p->status_code;
   r.version_minor = p->http_minor;
   r.keep_alive = llhttp_should_keep_alive(p);
@@ -231,8 +268,8 @@ Http1Parser::Result Http1Parser::Execute(const char* data, size_t len, size_t* c
     return Result::kPaused;
   }
   if (err == HPE_PAUSED_UPGRADE) {
-    // Upgrade headers are stripped before forwarding (upgrades are not proxied yet), so the
-    // connection simply continues as HTTP/1.1.
+    // The request asked for an upgrade. If the upstream agrees (101), the connection owner stops
+    // parsing and tunnels the bytes; otherwise the connection continues as HTTP/1.1.
     *consumed = llhttp_get_error_pos(&parser_) - data;
     llhttp_resume_after_upgrade(&parser_);
     return Result::kPaused;

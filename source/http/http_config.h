@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "source/common/stats.h"
 
@@ -27,6 +28,9 @@ struct alignas(64) HttpStats {
   Counter no_cluster;
   Counter rq_direct_response;
   Counter rq_redirect;
+  Counter downstream_cx_upgrades_total;  // requests switched to a tunnel (101 forwarded)
+  Gauge downstream_cx_upgrades_active;
+  Counter downstream_rq_ws_on_non_ws_route;  // upgrade refused (403): not enabled for the route
 };
 
 struct HttpConfig {
@@ -45,6 +49,13 @@ struct HttpConfig {
   bool generate_request_id = true;
   std::string server_name = "rpx";
   ServerHeader server_header = ServerHeader::kOverwrite;
+  // upgrade_configs: protocols (lower case) this listener may tunnel after a 101, and whether
+  // they are on by default (a route may turn one on or off, but not add one).
+  struct Upgrade {
+    std::string type;
+    bool enabled = true;
+  };
+  std::vector<Upgrade> upgrades;
   // Per-worker stats, indexed by worker index modulo stats_slots.
   std::unique_ptr<HttpStats[]> stats;
   uint32_t stats_slots = 0;

@@ -84,9 +84,7 @@ void ServerConnection::OnData(Buffer&) {
   } else if (!stream_active_ && config_->idle_timeout_ms && !config_->request_headers_timeout_ms) {
     idle_timer_->Enable(config_->idle_timeout_ms);
   }
-  if (stream_active_ && config_->stream_idle_timeout_ms) {
-    stream_timer_->Enable(config_->stream_idle_timeout_ms);
-  }
+  if (stream_active_ && stream_idle_ms_) stream_timer_->Enable(stream_idle_ms_);
   ProcessInput();
 }
 
@@ -95,6 +93,13 @@ void ServerConnection::ProcessInput() {
   processing_ = true;
   Buffer& in = conn_->read_buffer();
   while (!closed_ && !in.empty()) {
+    if (upgraded_) {
+      // Tunnel: the bytes belong to the upgraded protocol, not to HTTP.
+      size_t n = in.size();
+      if (handler_) handler_->OnRequestData(in.data(), n, false);
+      if (!closed_) in.Drain(n);
+      break;
+    }
     if (stream_active_ && request_complete_) break;  // next request waits for this response
     size_t consumed = 0;
     Http1Parser::Result r = parser_.Execute(in.data(), in.size(), &consumed);
@@ -158,12 +163,14 @@ void ServerConnection::OnHead() {
   request_has_body_ = head.has_body();
   response_no_body_ = head.method == "HEAD";
   ++requests_;
-  close_after_response_ = !head.keep_alive || drain_ ||
-                          (config_->max_requests_per_connection &&
-                           requests_ >= config_->max_requests_per_connection);
+  // After an upgrade request that was not switched, the parser's state is not worth trusting.
+  close_after_response_ =
+      !head.keep_alive || drain_ || !head.upgrade.empty() ||
+      (config_->max_requests_per_connection && requests_ >= config_->max_requests_per_connection);
   stats_.downstream_rq_total.Inc();
   stats_.downstream_rq_active.Inc();
-  if (config_->stream_idle_timeout_ms) stream_timer_->Enable(config_->stream_idle_timeout_ms);
+  stream_idle_ms_ = config_->stream_idle_timeout_ms;
+  if (stream_idle_ms_) stream_timer_->Enable(stream_idle_ms_);
   if (config_->request_timeout_ms && request_has_body_) {
     request_timer_->Enable(config_->request_timeout_ms);
   }
@@ -183,9 +190,31 @@ void ServerConnection::OnMessageComplete() {
 
 void ServerConnection::EncodeHeaders(ResponseHead& head, bool end_stream) {
   if (closed_ || response_started_) return;
+  const RequestHead& req = parser_.request();
+  if (head.status == 101) {
+    if (!stream_active_ || req.upgrade.empty()) {
+      // Only an upgrade request can be switched; anything else is a broken upstream exchange.
+      ResetStream();
+      return;
+    }
+    response_started_ = true;
+    CountStatus(101);
+    upgraded_ = true;
+    stats_.downstream_cx_upgrades_total.Inc();
+    stats_.downstream_cx_upgrades_active.Inc();
+    if (request_timer_->enabled()) request_timer_->Disable();
+    Buffer& out = conn_->write_buffer();
+    AppendStatusLine(out, 101, head.reason);
+    AppendHeaders(out, head.headers);  // the handler supplies Connection and Upgrade
+    out.Append("\r\n", 2);
+    conn_->ScheduleWrite();
+    // Bytes the client sent after its request (the new protocol's first frames) are waiting.
+    if (!conn_->read_buffer().empty()) resume_timer_->Enable(0);
+    if (end_stream) EndResponse();
+    return;
+  }
   response_started_ = true;
   CountStatus(head.status);
-  const RequestHead& req = parser_.request();
   bool no_body = response_no_body_ || StatusHasNoBody(head.status);
   bool http10 = req.version_minor == 0;
   if (!no_body && !head.has_content_length && !end_stream) {
@@ -231,9 +260,7 @@ void ServerConnection::EncodeHeaders(ResponseHead& head, bool end_stream) {
 
 void ServerConnection::EncodeData(const char* data, size_t len, bool end_stream) {
   if (closed_) return;
-  if (config_->stream_idle_timeout_ms && len) {
-    stream_timer_->Enable(config_->stream_idle_timeout_ms);
-  }
+  if (stream_idle_ms_ && len) stream_timer_->Enable(stream_idle_ms_);
   if (!response_no_body_ && len > 0 && !response_chunked_ && !end_stream) {
     conn_->WriteThrough(data, len);  // large bodies stream through without piling up here
     return;
@@ -318,10 +345,17 @@ void ServerConnection::CountStatus(int status) {
   }
 }
 
+void ServerConnection::EndUpgrade() {
+  if (!upgraded_) return;
+  upgraded_ = false;
+  stats_.downstream_cx_upgrades_active.Dec();
+}
+
 void ServerConnection::EndStream() {
   if (!stream_active_) return;
   stream_active_ = false;
   stats_.downstream_rq_active.Dec();
+  EndUpgrade();
   // stream_timer_ stays armed; its callback ignores a connection without a stream.
   if (request_timer_->enabled()) request_timer_->Disable();
   if (handler_) conn_->dispatcher().DeferredDelete(std::move(handler_));
@@ -363,6 +397,16 @@ void ServerConnection::ReadDisable(bool disable) {
   if (!disable && !processing_ && !conn_->read_buffer().empty()) ProcessInput();
 }
 
+void ServerConnection::SetStreamIdleTimeout(uint64_t ms) {
+  stream_idle_ms_ = ms;
+  if (!stream_active_) return;
+  if (ms) {
+    stream_timer_->Enable(ms);
+  } else {
+    stream_timer_->Disable();
+  }
+}
+
 void ServerConnection::OnStreamIdleTimeout() {
   if (!stream_active_) return;
   stats_.downstream_rq_idle_timeout.Inc();
@@ -395,6 +439,7 @@ void ServerConnection::Close(bool flush) {
   if (stream_active_) {
     stream_active_ = false;
     stats_.downstream_rq_active.Dec();
+    EndUpgrade();
     if (handler_) {
       handler_->OnDownstreamReset();
       conn_->dispatcher().DeferredDelete(std::move(handler_));
@@ -415,6 +460,13 @@ void ServerConnection::Close(bool flush) {
 
 void ServerConnection::OnEvent(ConnectionEvent event) {
   if (event == ConnectionEvent::kRemoteClose || event == ConnectionEvent::kLocalClose) {
+    if (upgraded_ && stream_active_ && event == ConnectionEvent::kRemoteClose) {
+      // The client ended the tunnel: what it sent is flushed upstream, then both sides close.
+      if (handler_) handler_->OnRequestData(nullptr, 0, true);
+      EndStream();
+      Close(false);
+      return;
+    }
     if (stream_active_) stats_.downstream_rq_rx_reset.Inc();
     Close(false);
   }

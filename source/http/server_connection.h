@@ -47,6 +47,7 @@ class ServerConnection : public ConnectionCallbacks,
                       std::string_view content_type) override;
   void ResetStream() override;
   void ReadDisable(bool disable) override;
+  void SetStreamIdleTimeout(uint64_t ms) override;
   bool response_started() const override { return response_started_; }
   const SocketAddress& remote_address() const override { return peer_; }
   const std::string& remote_ip() const override { return peer_ip_; }
@@ -60,6 +61,7 @@ class ServerConnection : public ConnectionCallbacks,
   void OnStreamIdleTimeout();
   void CountStatus(int status);
   void UpdateReadDisable();
+  void EndUpgrade();
 
   std::unique_ptr<Connection> conn_;
   std::shared_ptr<const HttpConfig> config_;
@@ -88,7 +90,9 @@ class ServerConnection : public ConnectionCallbacks,
   bool upstream_backpressure_ = false;
   bool drain_ = false;
   bool stream_was_active_at_close_ = false;
+  bool upgraded_ = false;  // a 101 went out: the connection is a byte tunnel now
   uint32_t requests_ = 0;
+  uint64_t stream_idle_ms_ = 0;  // this stream's idle timeout (the listener's, or the route's)
 };
 
 }  // namespace rpx

@@ -2,6 +2,10 @@
 // (the router). The codec creates one StreamHandler per request through a StreamHandlerFactory and
 // gives it a ResponseEncoder to answer with. Both live on one worker thread.
 //
+// Upgrades: when the handler answers an upgrade request (RequestHead::upgrade) with a 101, the
+// codec stops parsing HTTP: later downstream bytes arrive through OnRequestData and response data
+// goes out as is, until either side ends (downstream EOF arrives as end_stream).
+//
 // Lifetime: the codec owns the handler and destroys it (deferred) after the response ends or the
 // stream is reset; the handler must not use the encoder after end_stream or OnDownstreamReset.
 #pragma once
@@ -30,6 +34,9 @@ class ResponseEncoder {
   virtual void ResetStream() = 0;
   // Stops (true) or resumes (false) reading the request body: upstream backpressure.
   virtual void ReadDisable(bool disable) = 0;
+  // Overrides the listener's stream_idle_timeout for this stream (0 disables it); a route's
+  // idle_timeout. Also bounds a tunnel's silence in both directions after an upgrade.
+  virtual void SetStreamIdleTimeout(uint64_t ms) = 0;
   virtual bool response_started() const = 0;
   virtual const SocketAddress& remote_address() const = 0;
   virtual const std::string& remote_ip() const = 0;  // remote_address() without the port

@@ -274,6 +274,20 @@ absl::Status BuildAction(const Route& route, const FieldPath& path, RouteEntry* 
       }
       r->auto_host_rewrite = a.has_auto_host_rewrite() && a.auto_host_rewrite().value();
       if (a.has_timeout()) r->timeout_ms = DurationMs(a.timeout());
+      if (a.has_idle_timeout()) {
+        r->has_idle_timeout = true;
+        r->idle_timeout_ms = DurationMs(a.idle_timeout());
+      }
+      for (int i = 0; i < a.upgrade_configs_size(); ++i) {
+        const auto& u = a.upgrade_configs(i);
+        FieldPath up(ap, "upgrade_configs", i);
+        if (u.upgrade_type().empty()) return Err(FieldPath(up, "upgrade_type"), "is required");
+        std::string type = absl::AsciiStrToLower(u.upgrade_type());
+        for (const auto& prev : r->upgrade_overrides) {
+          if (prev.first == type) return Err(FieldPath(up, "upgrade_type"), "is listed twice");
+        }
+        r->upgrade_overrides.emplace_back(std::move(type), !u.has_enabled() || u.enabled().value());
+      }
       break;
     }
     case Route::kRedirect: {

@@ -100,6 +100,11 @@ struct RouteEntry {
   std::string host_rewrite_literal;
   bool auto_host_rewrite = false;
   uint64_t timeout_ms = 15000;  // 0 disables the route timeout
+  // idle_timeout: overrides the listener's stream_idle_timeout for this route (0: disabled).
+  bool has_idle_timeout = false;
+  uint64_t idle_timeout_ms = 0;
+  // upgrade_configs: per-route on/off for upgrade types the listener lists (lower case).
+  std::vector<std::pair<std::string, bool>> upgrade_overrides;
 
   // Redirect.
   std::string redirect_scheme, redirect_host, redirect_path, redirect_prefix;

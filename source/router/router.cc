@@ -54,7 +54,21 @@ class RouterStream : public StreamHandler, public PoolCallbacks, public Response
   bool request_complete_ = false;
   bool done_ = false;
   bool downstream_paused_by_buffer_ = false;
+  bool upgrade_ = false;  // the upgrade is allowed and was asked of the upstream
+  bool tunnel_ = false;   // the upstream switched protocols (101)
 };
+
+// Envoy's rule: the listener must list the upgrade type; a route may switch it on or off.
+bool UpgradeAllowed(const HttpConfig& config, const RouteEntry& route, std::string_view type) {
+  for (const auto& u : config.upgrades) {
+    if (!EqualsIgnoreCase(u.type, type)) continue;
+    for (const auto& [t, enabled] : route.upgrade_overrides) {
+      if (EqualsIgnoreCase(t, type)) return enabled;
+    }
+    return u.enabled;
+  }
+  return false;
+}
 
 void RouterStream::LocalReply(int status, std::string_view body) {
   done_ = true;
@@ -101,6 +115,19 @@ void RouterStream::OnRequestHeaders(RequestHead& head, bool end_stream) {
     case RouteEntry::Action::kCluster:
       break;
   }
+  if (!head.upgrade.empty()) {
+    if (EqualsIgnoreCase(head.upgrade, "h2c")) {
+      head.upgrade.clear();  // HTTP/2 is not offered over cleartext upgrade: stay on HTTP/1.1
+    } else if (!UpgradeAllowed(router_.config(), *route_, head.upgrade)) {
+      stats.downstream_rq_ws_on_non_ws_route.Inc();
+      LocalReply(403,
+                 absl::StrCat("upgrade to '", head.upgrade, "' is not enabled for this route\n"));
+      return;
+    } else {
+      upgrade_ = true;
+    }
+  }
+  if (route_->has_idle_timeout) encoder_.SetStreamIdleTimeout(route_->idle_timeout_ms);
   const std::string& cluster_name = weighted_ ? weighted_->cluster : route_->cluster;
   cluster_ = router_.clusters().Get(cluster_name);
   if (!cluster_) {
@@ -133,6 +160,10 @@ void RouterStream::RewriteRequest(RequestHead& head, const VirtualHostEntry& vh,
                                   const WeightedTarget* wt) {
   HeaderMap& h = head.headers;
   RemoveHopByHopHeaders(h);
+  if (upgrade_) {
+    h.Add("connection", "upgrade");
+    h.Add("upgrade", head.upgrade);
+  }
   h.Remove("content-length");
   h.Remove("expect");
   const HttpConfig& config = router_.config();
@@ -195,6 +226,17 @@ void RouterStream::OnRouteTimeout() {
 
 void RouterStream::OnRequestData(const char* data, size_t len, bool end_stream) {
   if (done_) return;
+  if (tunnel_) {
+    if (!client_) return;
+    client_->SendData(data, len, end_stream);
+    if (end_stream) {
+      // The client ended the tunnel; the upstream side closes once what was sent is flushed.
+      client_ = nullptr;
+      done_ = true;
+      Cleanup();
+    }
+    return;
+  }
   if (end_stream) {
     request_complete_ = true;
     StartRouteTimer();
@@ -253,8 +295,19 @@ void RouterStream::OnResponseHeaders(ResponseHead& head, bool end_stream) {
   } else {
     cs.upstream_rq_5xx.Inc();
   }
+  std::string upgrade;
+  if (s == 101) {
+    // Only reached for an upgrade rpx asked for (the upstream client refuses any other 101).
+    tunnel_ = true;
+    if (route_timer_) route_timer_->Disable();  // the route timeout covers the handshake only
+    if (const std::string* u = head.headers.Get("upgrade")) upgrade = *u;
+  }
   RemoveHopByHopHeaders(head.headers);
   head.headers.Remove("content-length");
+  if (tunnel_) {
+    head.headers.Add("connection", "upgrade");
+    head.headers.Add("upgrade", upgrade.empty() ? head_->upgrade : upgrade);
+  }
   if (weighted_) weighted_->response_ops.Apply(head.headers);
   route_->response_ops.Apply(head.headers);
   vhost_->response_ops.Apply(head.headers);

@@ -175,6 +175,9 @@ std::string Admin::StatsText() const {
     RPX_HTTP_STAT(no_cluster)
     RPX_HTTP_STAT(rq_direct_response)
     RPX_HTTP_STAT(rq_redirect)
+    RPX_HTTP_STAT(downstream_cx_upgrades_total)
+    RPX_HTTP_STAT(downstream_cx_upgrades_active)
+    RPX_HTTP_STAT(downstream_rq_ws_on_non_ws_route)
 #undef RPX_HTTP_STAT
   }
   out["server.concurrency"] = concurrency_;

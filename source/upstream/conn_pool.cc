@@ -40,6 +40,9 @@ void UpstreamClient::StartRequest(ResponseDecoder* decoder, const RequestHead& h
   request_complete_ = false;
   response_complete_ = false;
   response_headers_sent_ = false;
+  upgrade_requested_ = !head.upgrade.empty();
+  tunnel_ = false;
+  unexpected_101_ = false;
   request_chunked_ = head.chunked;
   parser_.set_expect_no_body(head.method == "HEAD");
   ++requests_;
@@ -63,6 +66,14 @@ void UpstreamClient::StartRequest(ResponseDecoder* decoder, const RequestHead& h
 
 void UpstreamClient::SendData(const char* data, size_t len, bool end_stream) {
   if (state_ != State::kBusy) return;
+  if (tunnel_ && end_stream) {
+    if (len) conn_->Write(std::string_view(data, len));
+    decoder_ = nullptr;
+    conn_->Close(Connection::CloseType::kFlushWrite, false);
+    state_ = State::kClosed;
+    pool_.OnRequestDone(this, false);
+    return;
+  }
   Buffer& out = conn_->write_buffer();
   if (request_chunked_) {
     if (len > 0) {
@@ -102,6 +113,12 @@ void UpstreamClient::OnData(Buffer& in) {
     return;
   }
   if (state_ != State::kBusy || decoder_ == nullptr) return;
+  if (tunnel_) {
+    size_t n = in.size();
+    decoder_->OnResponseData(in.data(), n, false);
+    if (state_ == State::kBusy) in.Drain(n);
+    return;
+  }
   ParseResponse();
 }
 
@@ -110,6 +127,21 @@ void UpstreamClient::ParseResponse() {
   size_t consumed = 0;
   Http1Parser::Result r = parser_.Execute(in.data(), in.size(), &consumed);
   if (state_ != State::kBusy) return;  // a callback reset us
+  if (unexpected_101_) {
+    Fail(UpstreamResetReason::kProtocolError,
+         "upstream switched protocols (101) to a request that did not ask for an upgrade");
+    return;
+  }
+  if (tunnel_) {
+    // The head is forwarded; what follows it is the new protocol's first bytes.
+    in.Drain(consumed);
+    if (!in.empty() && decoder_) {
+      size_t n = in.size();
+      decoder_->OnResponseData(in.data(), n, false);
+      if (state_ == State::kBusy) in.Drain(n);
+    }
+    return;
+  }
   if (r == Http1Parser::Result::kError) {
     Fail(UpstreamResetReason::kProtocolError,
          absl::StrCat("upstream sent a malformed response (", parser_.error_reason(), ")"));
@@ -143,6 +175,15 @@ void UpstreamClient::OnEvent(ConnectionEvent event) {
         state_ = State::kClosed;
         timer_->Disable();
         pool_.OnConnectFailed(this, PoolFailure::kConnectFailure, "connection closed");
+        return;
+      }
+      if (state_ == State::kBusy && decoder_ != nullptr && tunnel_) {
+        // The upstream ended the tunnel: that ends the response.
+        state_ = State::kClosed;
+        ResponseDecoder* d = decoder_;
+        decoder_ = nullptr;
+        pool_.OnRequestDone(this, false);
+        d->OnResponseData(nullptr, 0, true);
         return;
       }
       if (state_ == State::kBusy && decoder_ != nullptr) {
@@ -192,6 +233,17 @@ void UpstreamClient::OnBelowWriteLowWatermark() {
 
 void UpstreamClient::OnHead() {
   ResponseHead& head = parser_.response();
+  if (head.status == 101) {
+    if (!upgrade_requested_) {
+      unexpected_101_ = true;  // failed once the parser returns
+      return;
+    }
+    tunnel_ = true;
+    response_keep_alive_ = false;
+    response_headers_sent_ = true;
+    if (decoder_) decoder_->OnResponseHeaders(head, false);
+    return;
+  }
   if (head.status < 200) return;  // interim responses are not forwarded (we answered Expect)
   response_keep_alive_ = head.keep_alive;
   response_headers_sent_ = true;
@@ -205,6 +257,7 @@ void UpstreamClient::OnBody(const char* data, size_t len) {
 void UpstreamClient::OnMessageComplete() {
   // The pool gets the connection back in ReleaseAfterResponse, once the parser has returned and
   // we know whether stray bytes followed the response.
+  if (tunnel_ || unexpected_101_) return;  // a 101 head is not the end of anything
   response_complete_ = true;
   ResponseDecoder* d = decoder_;
   decoder_ = nullptr;

@@ -50,7 +50,9 @@ class PoolCallbacks {
   virtual void OnPoolFailure(PoolFailure reason, const std::string& detail) = 0;
 };
 
-// One keep-alive HTTP/1.1 connection to an upstream host, carrying one request at a time.
+// One keep-alive HTTP/1.1 connection to an upstream host, carrying one request at a time. After a
+// 101 to an upgrade request it becomes a tunnel: bytes pass as they are in both directions, the
+// upstream's EOF ends the response, SendData(end_stream) closes it, and it is never reused.
 class UpstreamClient : public ConnectionCallbacks,
                        public Http1ParserCallbacks,
                        public DeferredDeletable {
@@ -93,6 +95,9 @@ class UpstreamClient : public ConnectionCallbacks,
   bool response_complete_ = false;
   bool response_keep_alive_ = true;
   bool response_headers_sent_ = false;
+  bool upgrade_requested_ = false;  // the request asked to switch protocols
+  bool tunnel_ = false;             // ... and the upstream agreed (101): raw bytes both ways
+  bool unexpected_101_ = false;
   uint32_t requests_ = 0;
   std::unique_ptr<Timer> timer_;  // connect timeout while connecting, idle timeout while idle
   std::list<UpstreamClient*>::iterator pos_;

@@ -166,6 +166,37 @@ TEST(ServerConfigTest, UnsupportedFieldsAreErrorsNotIgnored) {
   EXPECT_THAT(e, HasSubstr("TLS"));
 }
 
+TEST(ServerConfigTest, UpgradeConfigs) {
+  std::string yaml = Replace(kGood, "stream_idle_timeout: 10s",
+                             "stream_idle_timeout: 10s\n          upgrade_configs: [{upgrade_type: "
+                             "WebSocket}, {upgrade_type: foo, enabled: false}]");
+  ServerConfig c;
+  std::vector<std::string> errors;
+  ASSERT_TRUE(Build(yaml, &c, &errors)) << ::testing::PrintToString(errors);
+  const auto& u = c.listeners[0]->http->upgrades;
+  ASSERT_EQ(u.size(), 2u);
+  EXPECT_EQ(u[0].type, "websocket");
+  EXPECT_TRUE(u[0].enabled);
+  EXPECT_EQ(u[1].type, "foo");
+  EXPECT_FALSE(u[1].enabled);
+}
+
+TEST(ServerConfigTest, BadUpgradeConfigs) {
+  auto with = [](const std::string& configs) {
+    return OnlyError(Replace(kGood, "stream_idle_timeout: 10s",
+                             "stream_idle_timeout: 10s\n          upgrade_configs: " + configs));
+  };
+  EXPECT_THAT(with("[{upgrade_type: websocket}, {upgrade_type: WEBSOCKET}]"),
+              HasSubstr("upgrade_configs[1].upgrade_type: is listed twice"));
+  EXPECT_THAT(with("[{upgrade_type: CONNECT}]"),
+              HasSubstr("upgrade_configs[0].upgrade_type: 'CONNECT' cannot be tunnelled"));
+  EXPECT_THAT(with("[{enabled: true}]"), HasSubstr("upgrade_configs[0].upgrade_type: is required"));
+  EXPECT_THAT(with("[{upgrade_type: websocket, filters: [{name: x}]}]"),
+              HasSubstr("upgrade_configs[0].filters: field 'filters' of "
+                        "envoy.extensions.filters.network.http_connection_manager.v3."
+                        "HttpConnectionManager.UpgradeConfig is not supported by rpx"));
+}
+
 TEST(ServerConfigTest, OnlyTheRouterHttpFilter) {
   std::string e = OnlyError(Replace(
       kGood, "- name: envoy.filters.http.router\n",

@@ -1,10 +1,13 @@
 """Runs every protocol regression case in test/regression/cases against the real rpx binary.
 
-Each case becomes its own test method (so each is counted), named after its file."""
+Each case becomes its own test method (so each is counted), named after its file. A case with a
+`--- response` section is about the upstream side: a raw upstream answers the forwarded request
+with exactly those bytes."""
 
 import os
 import re
 import socket
+import threading
 import time
 import unittest
 
@@ -49,25 +52,75 @@ def decode(line):
 
 
 def parse_case(path):
-    fields, request, in_request = {}, bytearray(), False
+    """Returns (fields, request bytes, response bytes or None)."""
+    fields, section = {}, None
+    parts = {"request": bytearray(), "response": None}
     with open(path) as f:
         for raw in f.read().split("\n"):
-            if in_request:
-                request += decode(raw)
+            if raw.strip() in ("--- request", "--- response"):
+                section = raw.strip()[4:]
+                if parts[section] is None:
+                    parts[section] = bytearray()
+            elif section:
+                parts[section] += decode(raw)
             elif raw.startswith("#") or not raw.strip():
                 continue
-            elif raw.strip() == "--- request":
-                in_request = True
             else:
                 k, _, v = raw.partition(":")
                 fields[k.strip()] = v.strip()
-    return fields, bytes(request)
+    response = parts["response"]
+    return fields, bytes(parts["request"]), None if response is None else bytes(response)
+
+
+class ScriptedUpstream(object):
+    """Answers every request head it reads with `response`, then waits for the proxy to close."""
+
+    def __init__(self, response):
+        self.response = response
+        self.requests = 0
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._loop, daemon=True).start()
+
+    def _loop(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn):
+        conn.settimeout(5)
+        try:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                data += chunk
+            self.requests += 1
+            conn.sendall(self.response)
+            while conn.recv(65536):
+                pass
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def request_count(self):
+        return self.requests
+
+    def stop(self):
+        self.sock.close()
 
 
 class RegressionCases(IntegrationTestCase):
 
-    def setUp(self):
-        self.echo = self.start_echo("E")
+    def start(self, upstream):
+        self.echo = upstream
         self.port = free_port()
         self.proxy = self.start_rpx(bootstrap(
             [http_listener("ingress", self.port, [
@@ -76,9 +129,15 @@ class RegressionCases(IntegrationTestCase):
             [cluster("E", self.echo.port)]))
 
     def run_case(self, path):
-        fields, request = parse_case(path)
+        fields, request, response = parse_case(path)
         if "known-gap" in fields:
             self.skipTest("known gap: " + fields["known-gap"])
+        if response is None:
+            self.start(self.start_echo("E"))
+        else:
+            upstream = ScriptedUpstream(response)
+            self.addCleanup(upstream.stop)
+            self.start(upstream)
         before = self.echo.request_count()
         s = socket.create_connection(("127.0.0.1", self.port), timeout=5)
         try:
@@ -107,6 +166,11 @@ class RegressionCases(IntegrationTestCase):
         self.assertEqual(int(m.group(1)), int(fields["status"]), bytes(data[:300]))
         if fields.get("forwarded") == "no":
             self.assertEqual(self.echo.request_count(), before, "the request reached the upstream")
+        elif fields.get("forwarded") == "yes":
+            self.assertEqual(self.echo.request_count(), before + 1, "the request was not forwarded")
+        if fields.get("ends-cleanly") == "no":
+            self.assertFalse(bytes(data).endswith(b"0\r\n\r\n"),
+                             "a broken upstream body reached the client as a complete response")
         if fields.get("closes") == "yes":
             self.assertTrue(closed, "rpx kept the connection open after rejecting the request")
 

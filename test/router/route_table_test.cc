@@ -309,6 +309,37 @@ virtual_hosts: [{name: v, domains: ["*"], routes: [{match: {prefix: "/"}, route:
   EXPECT_EQ(t->Route(Req("h", "/"), &vh)->timeout_ms, 15000u);
 }
 
+TEST(RouteTableTest, IdleTimeoutAndUpgradeOverrides) {
+  auto t = Build(R"(
+virtual_hosts:
+- name: v
+  domains: ["*"]
+  routes:
+  - match: {prefix: "/ws"}
+    route:
+      cluster: c
+      idle_timeout: 0.25s
+      upgrade_configs: [{upgrade_type: WebSocket}, {upgrade_type: foo, enabled: false}]
+  - match: {prefix: "/"}
+    route: {cluster: c}
+)");
+  ASSERT_TRUE(t);
+  const VirtualHostEntry* vh;
+  const RouteEntry* r = t->Route(Req("h", "/ws"), &vh);
+  EXPECT_TRUE(r->has_idle_timeout);
+  EXPECT_EQ(r->idle_timeout_ms, 250u);
+  ASSERT_EQ(r->upgrade_overrides.size(), 2u);
+  EXPECT_EQ(r->upgrade_overrides[0], std::make_pair(std::string("websocket"), true));
+  EXPECT_EQ(r->upgrade_overrides[1], std::make_pair(std::string("foo"), false));
+  r = t->Route(Req("h", "/other"), &vh);
+  EXPECT_FALSE(r->has_idle_timeout);
+  EXPECT_TRUE(r->upgrade_overrides.empty());
+  EXPECT_NE(BuildError(R"(
+virtual_hosts: [{name: v, domains: ["*"], routes: [{match: {prefix: "/"}, route: {cluster: c, upgrade_configs: [{upgrade_type: a}, {upgrade_type: A}]}}]}]
+)").find("routes[0].route.upgrade_configs[1].upgrade_type: is listed twice"),
+            std::string::npos);
+}
+
 TEST(RouteTableTest, RedirectLocations) {
   auto t = Build(R"(
 virtual_hosts:

@@ -1,0 +1,369 @@
+"""Upgrades and streaming: WebSocket through rpx with real clients on both sides (the
+`websockets` server as the upstream, `websocket-client` as the browser), upgrade_configs on the
+listener and per route, the tunnel's idle timeout, an upstream that refuses or wrongly grants an
+upgrade, and streamed responses (server-sent events) forwarded as they arrive.
+
+No timing assertions: the streaming checks make the upstream wait until the client has seen each
+event before it sends the next, so a proxy that buffered would stall (and fail on a timeout)."""
+
+import asyncio
+import socket
+import threading
+import unittest
+
+import websocket  # websocket-client (Debian python3-websocket)
+import websockets  # Debian python3-websockets
+import websockets.server
+
+from harness import (IntegrationTestCase, bootstrap, cluster, free_port, http_listener,
+                     http_request, route, virtual_host)
+
+WAIT = 10.0  # generous bound for anything that should happen at once
+
+
+class WebSocketUpstream(object):
+    """A real WebSocket server (the `websockets` library) on 127.0.0.1, in its own thread.
+    Paths: /echo echoes every message; /push sends "hello" first, then echoes; /close sends
+    "bye" and closes the connection."""
+
+    def __init__(self):
+        self.loop = asyncio.new_event_loop()
+        self.connections = 0
+        self.closed = threading.Event()
+        self.received = []
+        ready = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(ready,), daemon=True)
+        self.thread.start()
+        if not ready.wait(WAIT):
+            raise RuntimeError("websocket upstream did not start")
+
+    def _run(self, ready):
+        asyncio.set_event_loop(self.loop)
+
+        async def start():
+            self.server = await websockets.server.serve(self._handler, "127.0.0.1", 0,
+                                                        max_size=8 << 20)
+            self.port = self.server.sockets[0].getsockname()[1]
+            ready.set()
+
+        self.loop.run_until_complete(start())
+        self.loop.run_forever()
+
+    async def _handler(self, ws, path):
+        self.connections += 1
+        try:
+            if path == "/close":
+                await ws.send("bye")
+                await ws.close()
+                return
+            if path == "/push":
+                await ws.send("hello")
+            async for msg in ws:
+                self.received.append(msg)
+                await ws.send(msg)
+        except websockets.ConnectionClosed:
+            pass
+        finally:
+            self.closed.set()
+
+    def stop(self):
+        async def shutdown():
+            self.server.close()
+            await self.server.wait_closed()
+
+        fut = asyncio.run_coroutine_threadsafe(shutdown(), self.loop)
+        try:
+            fut.result(WAIT)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(WAIT)
+            if not self.thread.is_alive():
+                self.loop.close()
+
+
+class RawUpstream(object):
+    """Accepts one connection at a time and runs `serve(conn)` on it in a thread."""
+
+    def __init__(self, serve):
+        self.serve = serve
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.requests = []
+        self.stopping = False
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _loop(self):
+        while not self.stopping:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+
+    def _one(self, conn):
+        conn.settimeout(WAIT)
+        try:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                head += chunk
+            req, rest = head.split(b"\r\n\r\n", 1)
+            self.requests.append(req.decode("latin-1"))
+            self.serve(conn, req.decode("latin-1"), rest)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def stop(self):
+        self.stopping = True
+        self.sock.close()
+
+
+def ws_route(prefix, cluster_name, upgrade_enabled=None, idle_timeout=None):
+    r = route(prefix, cluster_name, timeout="5s")
+    if upgrade_enabled is not None:
+        r["route"]["upgrade_configs"] = [{"upgrade_type": "websocket",
+                                          "enabled": upgrade_enabled}]
+    if idle_timeout is not None:
+        r["route"]["idle_timeout"] = idle_timeout
+    return r
+
+
+class WebSocketTest(IntegrationTestCase):
+
+    def setUp(self):
+        self.ws = WebSocketUpstream()
+        self.addCleanup(self.ws.stop)
+        self.port = free_port()
+        self.plain_port = free_port()
+        routes = [
+            ws_route("/off/", "ws", upgrade_enabled=False),
+            ws_route("/idle/", "ws", idle_timeout="0.3s"),
+            ws_route("/", "ws"),
+        ]
+        self.proxy = self.start_rpx(bootstrap(
+            [http_listener("ingress", self.port, [virtual_host("all", ["*"], routes)],
+                           hcm_extra={"upgrade_configs": [{"upgrade_type": "websocket"}]}),
+             # No upgrade_configs: upgrades are refused.
+             http_listener("plain", self.plain_port,
+                           [virtual_host("all", ["*"], [ws_route("/", "ws")])])],
+            [cluster("ws", self.ws.port)]), concurrency=1)
+
+    def connect(self, path, port=None):
+        ws = websocket.create_connection("ws://127.0.0.1:%d%s" % (port or self.port, path),
+                                         timeout=WAIT)
+        self.addCleanup(ws.close)
+        return ws
+
+    def test_echo_both_ways_with_real_clients(self):
+        ws = self.connect("/push")
+        self.assertEqual(ws.recv(), "hello")  # the upstream speaks first
+        ws.send("ping")
+        self.assertEqual(ws.recv(), "ping")
+        big = bytes(range(256)) * 4096  # 1 MiB, many reads and writes through the tunnel
+        ws.send_binary(big)
+        self.assertEqual(ws.recv(), big)
+        for i in range(50):
+            ws.send("m%d" % i)
+        self.assertEqual([ws.recv() for _ in range(50)], ["m%d" % i for i in range(50)])
+        self.assertEqual(self.proxy.stat("http.ingress.downstream_cx_upgrades_total"), 1)
+        self.assertEqual(self.proxy.stat("http.ingress.downstream_cx_upgrades_active"), 1)
+        ws.close()
+        # The client's close reaches the upstream, and rpx forgets the tunnel.
+        self.assertTrue(self.ws.closed.wait(WAIT))
+        self.proxy.wait_stat("http.ingress.downstream_cx_upgrades_active", lambda v: v == 0)
+        self.proxy.wait_stat("http.ingress.downstream_cx_active", lambda v: v == 0)
+        self.assertEqual(self.proxy.stat("http.ingress.downstream_rq_1xx"), 1)
+
+    def test_upstream_closing_ends_the_tunnel(self):
+        ws = self.connect("/close")
+        self.assertEqual(ws.recv(), "bye")
+        # The close frame and then EOF come through.
+        with self.assertRaises(websocket.WebSocketConnectionClosedException):
+            ws.recv()
+            ws.recv()
+        self.proxy.wait_stat("http.ingress.downstream_cx_upgrades_active", lambda v: v == 0)
+
+    def test_route_can_disable_the_upgrade(self):
+        with self.assertRaises(websocket.WebSocketBadStatusException) as cm:
+            websocket.create_connection("ws://127.0.0.1:%d/off/x" % self.port, timeout=WAIT)
+        self.assertEqual(cm.exception.status_code, 403)
+        self.assertEqual(self.proxy.stat("http.ingress.downstream_rq_ws_on_non_ws_route"), 1)
+        self.assertEqual(self.ws.connections, 0)
+
+    def test_listener_without_upgrade_configs_refuses(self):
+        with self.assertRaises(websocket.WebSocketBadStatusException) as cm:
+            websocket.create_connection("ws://127.0.0.1:%d/echo" % self.plain_port,
+                                        timeout=WAIT)
+        self.assertEqual(cm.exception.status_code, 403)
+        self.assertEqual(self.proxy.stat("http.plain.downstream_rq_ws_on_non_ws_route"), 1)
+        self.assertEqual(self.ws.connections, 0)
+
+    def test_idle_tunnel_is_closed_by_the_route_idle_timeout(self):
+        ws = self.connect("/idle/echo")
+        ws.send("once")
+        self.assertEqual(ws.recv(), "once")
+        # Silence in both directions: rpx closes the tunnel after the route's idle_timeout.
+        with self.assertRaises((websocket.WebSocketConnectionClosedException, ConnectionError)):
+            ws.recv()
+        self.assertEqual(self.proxy.stat("http.ingress.downstream_rq_idle_timeout"), 1)
+        self.assertTrue(self.ws.closed.wait(WAIT), "the upstream side was not closed")
+
+    def test_first_frames_in_the_same_packet_as_the_handshake(self):
+        # A client may pipeline its first frame right behind the upgrade request: those bytes
+        # must reach the upstream after the 101, not be parsed as HTTP.
+        c = self.raw_client(self.port)
+        frame = b"\x81\x84" + b"\x01\x02\x03\x04" + bytes(
+            b ^ m for b, m in zip(b"ping", b"\x01\x02\x03\x04"))
+        c.send(http_request("GET", "/echo", headers=[
+            ("Upgrade", "websocket"), ("Connection", "Upgrade"),
+            ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="),
+            ("Sec-WebSocket-Version", "13")]) + frame)
+        line = c.rfile.readline()
+        self.assertIn(b" 101 ", line)
+        head = b""
+        while True:
+            h = c.rfile.readline()
+            if h in (b"\r\n", b""):
+                break
+            head += h.lower()
+        self.assertIn(b"upgrade: websocket", head)
+        self.assertIn(b"connection: upgrade", head)
+        self.assertNotIn(b"content-length", head)
+        self.assertNotIn(b"transfer-encoding", head)
+        self.assertEqual(c.rfile.read(6), b"\x81\x04ping")  # unmasked echo from the server
+
+
+class UpgradeRefusedOrWronglyGrantedTest(IntegrationTestCase):
+
+    def setUp(self):
+        self.port = free_port()
+
+        def serve(conn, req, rest):
+            if "/refuse" in req.split("\r\n")[0]:
+                conn.sendall(b"HTTP/1.1 426 Upgrade Required\r\nContent-Length: 5\r\n\r\nnope!")
+            else:
+                # A 101 to a request that never asked for one.
+                conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                             b"Connection: upgrade\r\n\r\nraw bytes")
+            conn.recv(1)  # hold the connection until the proxy closes it
+
+        self.up = RawUpstream(serve)
+        self.addCleanup(self.up.stop)
+        self.proxy = self.start_rpx(bootstrap(
+            [http_listener("ingress", self.port,
+                           [virtual_host("all", ["*"], [ws_route("/", "raw")])],
+                           hcm_extra={"upgrade_configs": [{"upgrade_type": "websocket"}]})],
+            [cluster("raw", self.up.port)]), concurrency=1)
+
+    def test_refused_upgrade_is_a_normal_response_then_close(self):
+        c = self.raw_client(self.port)
+        c.send(http_request("GET", "/refuse", headers=[
+            ("Upgrade", "websocket"), ("Connection", "Upgrade")]))
+        r = c.read_response()
+        self.assertEqual(r.status, 426)
+        self.assertEqual(r.body, b"nope!")
+        self.assertTrue(c.at_eof(WAIT))
+        # The upstream was asked for the upgrade, with the hop-by-hop headers rebuilt.
+        self.assertIn("upgrade: websocket", self.up.requests[0].lower())
+        self.assertEqual(self.proxy.stat("http.ingress.downstream_cx_upgrades_total"), 0)
+
+    def test_unrequested_101_is_a_502(self):
+        c = self.raw_client(self.port)
+        c.send(http_request("GET", "/plain"))
+        r = c.read_response()
+        self.assertEqual(r.status, 502)
+        self.assertIn(b"101", r.body)
+        self.assertNotIn("upgrade", self.up.requests[0].lower())
+
+    def test_h2c_upgrade_is_served_as_http1(self):
+        # curl --http2 on cleartext asks for h2c; rpx stays on HTTP/1.1 and forwards no Upgrade.
+        c = self.raw_client(self.port)
+        c.send(http_request("GET", "/refuse", headers=[
+            ("Upgrade", "h2c"), ("Connection", "Upgrade, HTTP2-Settings"),
+            ("HTTP2-Settings", "AAMAAABkAAQCAAAAAAIAAAAA")]))
+        r = c.read_response()
+        self.assertEqual(r.status, 426)
+        req = self.up.requests[0].lower()
+        self.assertNotIn("upgrade", req)
+        self.assertNotIn("http2-settings", req)
+
+
+class StreamedResponseTest(IntegrationTestCase):
+    """Each event must reach the client before the upstream sends the next one."""
+
+    EVENTS = 5
+
+    def setUp(self):
+        self.port = free_port()
+        self.seen = [threading.Event() for _ in range(self.EVENTS)]
+        self.failures = []
+
+        def serve(conn, req, rest):
+            close_delimited = "/eof" in req.split("\r\n")[0]
+            if close_delimited:
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                             b"Connection: close\r\n\r\n")
+            else:
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                             b"Transfer-Encoding: chunked\r\n\r\n")
+            for i in range(self.EVENTS):
+                event = ("id: %d\ndata: event %d\n\n" % (i, i)).encode()
+                if close_delimited:
+                    conn.sendall(event)
+                else:
+                    conn.sendall(b"%x\r\n%s\r\n" % (len(event), event))
+                if not self.seen[i].wait(WAIT):
+                    self.failures.append("event %d never reached the client" % i)
+                    return
+            if not close_delimited:
+                conn.sendall(b"0\r\n\r\n")
+
+        self.up = RawUpstream(serve)
+        self.addCleanup(self.up.stop)
+        self.proxy = self.start_rpx(bootstrap(
+            [http_listener("ingress", self.port,
+                           [virtual_host("all", ["*"], [route("/", "sse", timeout="0s")])])],
+            [cluster("sse", self.up.port)]), concurrency=1)
+
+    def read_events(self, path):
+        c = self.raw_client(self.port)
+        c.send(http_request("GET", path, headers=[("Accept", "text/event-stream")]))
+        status = c.rfile.readline()
+        self.assertIn(b" 200 ", status)
+        while c.rfile.readline() not in (b"\r\n", b""):
+            pass
+        got = b""
+        for i in range(self.EVENTS):
+            want = ("data: event %d\n\n" % i).encode()
+            while want not in got:
+                chunk = c.rfile.read1(4096)  # what has arrived, without waiting for more
+                self.assertTrue(chunk, "stream ended before event %d" % i)
+                got += chunk
+            self.seen[i].set()
+        self.assertEqual(self.failures, [])
+        return c
+
+    def read_to_last_chunk(self, c):
+        tail = b""
+        while not tail.endswith(b"0\r\n\r\n"):
+            chunk = c.rfile.read1(4096)
+            self.assertTrue(chunk, "no last chunk")
+            tail += chunk
+
+    def test_chunked_event_stream_is_forwarded_as_it_arrives(self):
+        self.read_to_last_chunk(self.read_events("/events"))
+
+    def test_close_delimited_stream_is_forwarded_as_it_arrives(self):
+        # The upstream ends the body by closing; the HTTP/1.1 client gets it chunked.
+        self.read_to_last_chunk(self.read_events("/eof"))
+
+
+if __name__ == "__main__":
+    unittest.main()
