@@ -1,0 +1,218 @@
+// http1_response_fuzz: arbitrary bytes on the upstream response path: Http1Parser (responses)
+// driven as UpstreamClient drives it, with set_expect_no_body for answers to HEAD and Finish() at
+// EOF. It proves that on any input: consumed <= len; an error is always a 502; a pause follows
+// each final response and only that (interim 1xx heads never pause); header count and bytes stay
+// within the limits, names lower case, values without CR, LF or NUL; no body for HEAD, 1xx, 204
+// or 304, and a body exactly as long as its Content-Length; Finish() at EOF ends a close-delimited
+// body cleanly; and the result does not depend on how the bytes are split into reads. The bytes
+// after a complete response (stray bytes, which make UpstreamClient drop the connection) are
+// parsed as the next response, as on a reused keep-alive connection.
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "source/http/http1_parser.h"
+#include "test/fuzz/fuzz_common.h"
+
+namespace rpx {
+namespace fuzz {
+namespace {
+
+struct Message {
+  std::string head;
+  std::string body;
+  bool complete = false;
+  bool operator==(const Message& o) const {
+    return head == o.head && body == o.body && complete == o.complete;
+  }
+};
+
+struct Transcript {
+  std::vector<Message> messages;
+  bool error = false;
+  int error_status = 0;
+  int finish = -1;  // Finish() at EOF: -1 not called, else the Result
+};
+
+std::string Describe(const ResponseHead& r) {
+  std::string s = std::to_string(r.status) + " " + r.reason + " 1." +
+                  std::to_string(r.version_minor) + (r.keep_alive ? " ka" : " close") +
+                  (r.chunked ? " chunked" : "");
+  if (r.has_content_length) s += " cl=" + std::to_string(r.content_length);
+  for (const auto& e : r.headers.entries()) s += "\n" + e.first + ": " + e.second;
+  return s;
+}
+
+bool Interim(int status) { return status >= 100 && status < 200 && status != 101; }
+
+class ResponseRecorder : public Http1ParserCallbacks {
+ public:
+  explicit ResponseRecorder(const Http1Parser::Limits& limits) : limits_(limits) {}
+  void set_parser(Http1Parser* p) { parser_ = p; }
+  void set_expect_no_body(bool v) { expect_no_body_ = v; }
+
+  void OnHead() override {
+    const ResponseHead& r = parser_->response();
+    // A new head follows a complete response, or an interim one.
+    FUZZ_CHECK(transcript.messages.empty() || transcript.messages.back().complete || interim_);
+    // Finding 2: llhttp 8.1 takes a status code of fewer than three digits ("20", "0").
+    FUZZ_CHECK(r.status >= (KnownBugsEnabled() ? 100 : 0) && r.status <= 999);
+    FUZZ_CHECK(!(r.chunked && r.has_content_length));
+    FUZZ_CHECK(r.headers.size() <= limits_.max_headers);
+    size_t bytes = r.reason.size();
+    for (const auto& [name, value] : r.headers.entries()) {
+      // Finding 1: llhttp 8.1 takes ": x" as a header with an empty name.
+      if (KnownBugsEnabled()) FUZZ_CHECK(!name.empty());
+      for (char ch : name) FUZZ_CHECK(!(ch >= 'A' && ch <= 'Z'));
+      FUZZ_CHECK(value.find_first_of(std::string("\r\n\0", 3)) == std::string::npos);
+      FUZZ_CHECK(value.empty() || (value.back() != ' ' && value.back() != '\t'));
+      bytes += name.size() + value.size();
+    }
+    FUZZ_CHECK(bytes <= limits_.max_header_bytes);
+    Message m;
+    m.head = Describe(r);
+    transcript.messages.push_back(std::move(m));
+    interim_ = Interim(r.status);
+    no_body_ = interim_ || expect_no_body_ || r.status == 204 || r.status == 304;
+    has_content_length_ = r.has_content_length;
+    content_length_ = r.content_length;
+  }
+
+  void OnBody(const char* data, size_t len) override {
+    FUZZ_CHECK(!transcript.messages.empty() && !transcript.messages.back().complete);
+    FUZZ_CHECK(len > 0 && data != nullptr);
+    FUZZ_CHECK(!no_body_);
+    std::string& body = transcript.messages.back().body;
+    body.append(data, len);
+    if (has_content_length_) FUZZ_CHECK(body.size() <= content_length_);
+  }
+
+  void OnMessageComplete() override {
+    FUZZ_CHECK(!transcript.messages.empty() && !transcript.messages.back().complete);
+    FUZZ_CHECK(!interim_);  // interim responses are not reported as complete
+    Message& m = transcript.messages.back();
+    if (has_content_length_ && !no_body_) FUZZ_CHECK(m.body.size() == content_length_);
+    if (no_body_) FUZZ_CHECK(m.body.empty());
+    m.complete = true;
+    ++completions;
+  }
+
+  // A final response's head was parsed and its message has not ended.
+  bool in_final_head_body() const {
+    return !transcript.messages.empty() && !transcript.messages.back().complete && !interim_;
+  }
+
+  Transcript transcript;
+  int completions = 0;
+
+ private:
+  Http1Parser::Limits limits_;
+  Http1Parser* parser_ = nullptr;
+  bool expect_no_body_ = false;
+  bool interim_ = false;
+  bool no_body_ = false;
+  bool has_content_length_ = false;
+  uint64_t content_length_ = 0;
+};
+
+// `head_answers[i]`: whether response i answers a HEAD request.
+Transcript ParseResponses(const uint8_t* data, size_t size, const std::vector<size_t>& cuts,
+                          const Http1Parser::Limits& limits,
+                          const std::vector<bool>& head_answers) {
+  ResponseRecorder rec(limits);
+  Http1Parser parser(Http1Parser::Type::kResponse, rec, limits);
+  rec.set_parser(&parser);
+  size_t index = 0;
+  auto expect = [&] {
+    bool v = index < head_answers.size() && head_answers[index];
+    parser.set_expect_no_body(v);
+    rec.set_expect_no_body(v);
+  };
+  expect();
+  std::string pending;
+  size_t start = 0;
+  for (size_t i = 0; i <= cuts.size() && !rec.transcript.error; ++i) {
+    size_t end = i < cuts.size() ? cuts[i] : size;
+    pending.append(reinterpret_cast<const char*>(data) + start, end - start);
+    start = end;
+    int idle_pauses = 0;
+    while (!pending.empty()) {
+      size_t consumed = ~size_t{0};
+      int before = rec.completions;
+      Http1Parser::Result r = parser.Execute(pending.data(), pending.size(), &consumed);
+      int completed = rec.completions - before;
+      FUZZ_CHECK(consumed <= pending.size());
+      FUZZ_CHECK(completed <= 1);
+      if (r == Http1Parser::Result::kError) {
+        FUZZ_CHECK(consumed == 0 && completed == 0);
+        FUZZ_CHECK(parser.error_status() == 502);
+        FUZZ_CHECK(!parser.error_reason().empty());
+        rec.transcript.error = true;
+        rec.transcript.error_status = parser.error_status();
+        break;
+      }
+      if (r == Http1Parser::Result::kOk) {
+        FUZZ_CHECK(consumed == pending.size() && completed == 0);
+        pending.clear();
+        break;
+      }
+      // Paused: a final response ended, or (101) the parser stopped where the new protocol
+      // begins, consuming nothing, once.
+      FUZZ_CHECK(completed == 1 || consumed == 0);
+      if (consumed == 0 && completed == 0) FUZZ_CHECK(++idle_pauses <= 1);
+      if (completed == 1) {
+        idle_pauses = 0;
+        ++index;
+        expect();
+      }
+      pending.erase(0, consumed);
+      parser.Resume();
+    }
+  }
+  if (!rec.transcript.error) {
+    // EOF. UpstreamClient calls Finish() when the parser is in a message that needs EOF; it must
+    // cleanly end a close-delimited body (a head without Content-Length or chunked). Elsewhere,
+    // e.g. in the middle of a head, it fails, as a 502.
+    bool close_delimited =
+        parser.in_message() && parser.message_needs_eof() && rec.in_final_head_body();
+    int before = rec.completions;
+    Http1Parser::Result r = parser.Finish();
+    rec.transcript.finish = static_cast<int>(r);
+    if (close_delimited) {
+      FUZZ_CHECK(r == Http1Parser::Result::kOk);
+      FUZZ_CHECK(rec.completions == before + 1);
+    } else if (r == Http1Parser::Result::kError) {
+      FUZZ_CHECK(parser.error_status() == 502);
+    }
+  }
+  return std::move(rec.transcript);
+}
+
+void CheckSameTranscript(const Transcript& a, const Transcript& b) {
+  FUZZ_CHECK(a.error == b.error);
+  FUZZ_CHECK(a.error_status == b.error_status);
+  FUZZ_CHECK(a.finish == b.finish);
+  FUZZ_CHECK(a.messages.size() == b.messages.size());
+  for (size_t i = 0; i < a.messages.size(); ++i) FUZZ_CHECK(a.messages[i] == b.messages[i]);
+}
+
+}  // namespace
+}  // namespace fuzz
+}  // namespace rpx
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace rpx::fuzz;
+  Choices choices(HashInput(data, size));
+  // UpstreamClient's limits (80 KiB, the cluster's header count), sometimes small ones.
+  uint32_t max_header_bytes = choices.Below(4) == 0 ? 1024 : 80 * 1024;
+  uint32_t max_headers = choices.Below(4) == 0 ? 4 : 100;
+  rpx::Http1Parser::Limits limits{max_header_bytes, max_headers};
+  std::vector<bool> head_answers;
+  for (int i = 0; i < 8; ++i) head_answers.push_back(choices.Below(3) == 0);
+
+  Transcript whole = ParseResponses(data, size, {}, limits, head_answers);
+  std::vector<size_t> cuts = SplitPoints(size, choices, 4);
+  Transcript split = ParseResponses(data, size, cuts, limits, head_answers);
+  CheckSameTranscript(whole, split);
+  return 0;
+}
