@@ -6,6 +6,7 @@
 #include "envoy/config/cluster/v3/cluster.pb.h"
 #include "envoy/config/listener/v3/listener.pb.h"
 #include "envoy/extensions/filters/http/router/v3/router.pb.h"
+#include "envoy/extensions/filters/network/connection_limit/v3/connection_limit.pb.h"
 #include "envoy/extensions/filters/network/http_connection_manager/v3/http_connection_manager.pb.h"
 #include "envoy/extensions/upstreams/http/v3/http_protocol_options.pb.h"
 
@@ -15,7 +16,10 @@ namespace {
 using envoy::config::cluster::v3::Cluster;
 using envoy::config::listener::v3::Listener;
 using envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
+using ConnectionLimitProto = envoy::extensions::filters::network::connection_limit::v3::ConnectionLimit;
 
+constexpr char kConnectionLimitType[] =
+    "envoy.extensions.filters.network.connection_limit.v3.ConnectionLimit";
 constexpr char kHcmType[] =
     "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
 constexpr char kRouterType[] = "envoy.extensions.filters.http.router.v3.Router";
@@ -388,12 +392,45 @@ void Builder::BuildListener(const Listener& l, const std::string& path, ServerCo
   }
   const auto& chain = l.filter_chains(0);
   std::string cp = path + ".filter_chains[0]";
-  if (chain.filters_size() != 1) {
-    Error(cp + ".filters", "exactly one filter, the http_connection_manager, is required");
+  if (chain.filters_size() == 0) {
+    Error(cp + ".filters", "the http_connection_manager filter is required");
     return;
   }
-  const auto& f = chain.filters(0);
-  std::string fp = cp + ".filters[0]";
+  // Network filters before the HTTP connection manager: only connection_limit, at most once.
+  for (int i = 0; i + 1 < chain.filters_size(); ++i) {
+    const auto& f = chain.filters(i);
+    std::string fp = absl::StrCat(cp, ".filters[", i, "]");
+    if (!f.has_typed_config() ||
+        f.typed_config().type_url().find(kConnectionLimitType) == std::string::npos) {
+      Error(fp, absl::StrCat("network filter '", f.name(),
+                             "' is not supported here (before the http_connection_manager only "
+                             "envoy.filters.network.connection_limit is)"));
+      return;
+    }
+    ConnectionLimitProto cl;
+    if (!f.typed_config().UnpackTo(&cl)) {
+      Error(fp + ".typed_config", "cannot decode the ConnectionLimit");
+      return;
+    }
+    auto limit = std::make_shared<ConnectionLimit>();
+    limit->stat_prefix = cl.stat_prefix();
+    if (cl.stat_prefix().empty()) Error(fp + ".typed_config.stat_prefix", "is required");
+    if (!cl.has_max_connections() || cl.max_connections().value() < 1) {
+      Error(fp + ".typed_config.max_connections", "must be at least 1");
+    }
+    limit->max_connections = cl.max_connections().value();
+    if (cl.has_delay()) limit->delay_ms = Ms(cl.delay());
+    if (i > 0) {
+      Error(fp, "connection_limit is given twice");
+      return;
+    }
+    // runtime_enabled without a runtime: its default_value decides.
+    bool enabled = !cl.has_runtime_enabled() || !cl.runtime_enabled().has_default_value() ||
+                   cl.runtime_enabled().default_value().value();
+    if (enabled) lc->connection_limit = std::move(limit);
+  }
+  const auto& f = chain.filters(chain.filters_size() - 1);
+  std::string fp = absl::StrCat(cp, ".filters[", chain.filters_size() - 1, "]");
   HttpConnectionManager hcm;
   if (!f.has_typed_config() || f.typed_config().type_url().find(kHcmType) == std::string::npos) {
     Error(fp, absl::StrCat("network filter '", f.name(),

@@ -2,6 +2,7 @@
 // then only read. Workers receive the listeners and clusters as shared_ptr<const ...> values.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -18,6 +19,33 @@
 
 namespace rpx {
 
+// envoy.filters.network.connection_limit: a cap on a listener's open downstream connections,
+// counted across every worker. Beyond it a new connection is closed at once (or after `delay_ms`)
+// without being read; connections already open are not touched.
+struct ConnectionLimit {
+  struct State {
+    std::atomic<uint64_t> active{0};
+    std::atomic<uint64_t> limited{0};  // connections refused
+  };
+  std::string stat_prefix;
+  uint64_t max_connections = 0;
+  uint64_t delay_ms = 0;
+  // Shared by all workers, and carried over when the listener is updated (ConfigManager), so the
+  // connections already open keep counting.
+  std::shared_ptr<State> state = std::make_shared<State>();
+
+  // Any thread. Takes a slot if one is free.
+  bool TryAcquire() const {
+    if (state->active.fetch_add(1, std::memory_order_relaxed) >= max_connections) {
+      state->active.fetch_sub(1, std::memory_order_relaxed);
+      state->limited.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
+    return true;
+  }
+  void Release() const { state->active.fetch_sub(1, std::memory_order_relaxed); }
+};
+
 struct ListenerConfig {
   std::string name;
   SocketAddress address;
@@ -29,6 +57,7 @@ struct ListenerConfig {
   std::string rds_name;  // non-empty: routes come from RDS under this name
   std::string route_config_path;  // field path of the HCM, for messages
   uint64_t initial_fetch_timeout_ms = 15000;
+  std::shared_ptr<const ConnectionLimit> connection_limit;  // nullptr: no cap
 };
 
 // dynamic_resources: where the ADS stream goes and how it talks.

@@ -138,6 +138,13 @@ std::string Admin::StatsText() const {
     out[p + "circuit_breakers.default.cx_open_count"] = c.resources->connections();
     out[p + "circuit_breakers.default.rq_pending_open_count"] = c.resources->pending();
   }
+  for (const auto& l : config_.listeners) {
+    if (!l->connection_limit) continue;
+    const ConnectionLimit& cl = *l->connection_limit;
+    std::string p = absl::StrCat("connection_limit.", cl.stat_prefix, ".");
+    out[p + "active_connections"] = cl.state->active.load(std::memory_order_relaxed);
+    out[p + "limited_connections"] = cl.state->limited.load(std::memory_order_relaxed);
+  }
   std::map<std::string, bool> seen_prefix;
   for (const auto& l : config_.listeners) {
     const HttpConfig& h = *l->http;

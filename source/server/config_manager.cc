@@ -372,9 +372,20 @@ std::string ConfigManager::ApplyListeners(const XdsResourceMap& resources,
           absl::StrCat(path, ": address ", addr, " is already used by listener '", pos->second, "'"));
       continue;
     }
+    const DynListener* o = old != listeners_.end() ? &old->second : nullptr;
+    if (o && cfg->connection_limit) {
+      // The connections open under the previous version keep counting against the cap.
+      const auto& prev = o->pending ? o->pending : o->active;
+      if (prev && prev->connection_limit) {
+        auto limit = std::make_shared<ConnectionLimit>(*cfg->connection_limit);
+        limit->state = prev->connection_limit->state;
+        auto copy = std::make_shared<ListenerConfig>(*cfg);
+        copy->connection_limit = std::move(limit);
+        cfg = std::move(copy);
+      }
+    }
     Built b;
     b.config = cfg;
-    const DynListener* o = old != listeners_.end() ? &old->second : nullptr;
     if (o && o->pending && !o->pending_fds.empty() && o->pending->address == cfg->address) {
       b.reuse_pending_fds = true;
     } else if (!(o && o->active && o->active->address == cfg->address)) {

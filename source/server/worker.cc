@@ -27,6 +27,9 @@ void Worker::Start(std::shared_ptr<const ClusterMap> clusters) {
     // Tear down on this thread: connections and pools belong to it.
     listeners_.clear();
     draining_.clear();
+    for (auto& [due, fd] : delayed_rejects_) ::close(fd);
+    delayed_rejects_.clear();
+    reject_timer_.reset();
     clusters_.Apply(ClusterMap());
     RPX_LOG(kDebug, "worker %u stopped", index_);
   });
@@ -104,12 +107,37 @@ void Worker::FinishDrain(ActiveListener* l) {
   for (auto* c : open) c->ResetStream();
 }
 
+namespace {
+uint64_t SteadyMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Holds one slot of a listener's connection limit for as long as the connection exists.
+struct LimitSlot {
+  std::shared_ptr<const ConnectionLimit> limit;
+  ~LimitSlot() {
+    if (limit) limit->Release();
+  }
+};
+}  // namespace
+
 void Worker::OnAccept(ActiveListener& l, int fd, const SocketAddress& peer) {
+  auto slot = std::make_shared<LimitSlot>();
+  if (l.config->connection_limit) {
+    if (!l.config->connection_limit->TryAcquire()) {
+      Reject(fd, l.config->connection_limit->delay_ms);
+      return;
+    }
+    slot->limit = l.config->connection_limit;
+  }
   auto conn = std::make_unique<Connection>(dispatcher_, fd, false, l.config->buffer_limit);
   ActiveListener* lp = &l;
+  // The slot is released when the ServerConnection (which owns this callback) is destroyed.
   auto sc = std::make_unique<ServerConnection>(
       std::move(conn), l.config->http, StatsFor(*l.config), *l.router, peer,
-      [this, lp](ServerConnection* c) {
+      [this, lp, slot](ServerConnection* c) {
         auto it = lp->connections.find(c);
         if (it == lp->connections.end()) return;
         dispatcher_.DeferredDelete(std::move(it->second));
@@ -121,6 +149,26 @@ void Worker::OnAccept(ActiveListener& l, int fd, const SocketAddress& peer) {
       });
   ServerConnection* raw = sc.get();
   l.connections.emplace(raw, std::move(sc));
+}
+
+void Worker::Reject(int fd, uint64_t delay_ms) {
+  if (delay_ms == 0) {
+    ::close(fd);  // unread: the client sees the connection closed before any response
+    return;
+  }
+  uint64_t due = SteadyMs() + delay_ms;
+  delayed_rejects_.emplace(due, fd);
+  if (!reject_timer_) reject_timer_ = dispatcher_.CreateTimer([this] { CloseDueRejects(); });
+  if (delayed_rejects_.begin()->first == due) reject_timer_->Enable(delay_ms);
+}
+
+void Worker::CloseDueRejects() {
+  uint64_t now = SteadyMs();
+  while (!delayed_rejects_.empty() && delayed_rejects_.begin()->first <= now) {
+    ::close(delayed_rejects_.begin()->second);
+    delayed_rejects_.erase(delayed_rejects_.begin());
+  }
+  if (!delayed_rejects_.empty()) reject_timer_->Enable(delayed_rejects_.begin()->first - now);
 }
 
 void Worker::FreeDrained(ActiveListener* l) {

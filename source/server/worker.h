@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -62,6 +63,9 @@ class Worker {
   void OnAccept(ActiveListener& l, int fd, const SocketAddress& peer);
   void FinishDrain(ActiveListener* l);
   void FreeDrained(ActiveListener* l);
+  // Closes a connection refused by the listener's connection limit, now or after `delay_ms`.
+  void Reject(int fd, uint64_t delay_ms);
+  void CloseDueRejects();
   HttpStats& StatsFor(const ListenerConfig& c) {
     return c.http->stats[index_ % c.http->stats_slots];
   }
@@ -73,6 +77,8 @@ class Worker {
   WorkerClusterManager clusters_;
   absl::flat_hash_map<std::string, std::unique_ptr<ActiveListener>> listeners_;
   std::vector<std::unique_ptr<ActiveListener>> draining_;
+  std::multimap<uint64_t, int> delayed_rejects_;  // close time (steady ms) -> fd
+  std::unique_ptr<Timer> reject_timer_;
   std::thread thread_;
 };
 

@@ -197,6 +197,65 @@ TEST(ServerConfigTest, BadUpgradeConfigs) {
                         "HttpConnectionManager.UpgradeConfig is not supported by rpx"));
 }
 
+// The filter list of kGood with `before` put ahead of the http_connection_manager.
+std::string WithNetworkFilter(const std::string& before) {
+  return Replace(kGood, "      - name: envoy.filters.network.http_connection_manager\n",
+                 before + "      - name: envoy.filters.network.http_connection_manager\n");
+}
+
+constexpr char kLimit[] =
+    "      - name: envoy.filters.network.connection_limit\n"
+    "        typed_config:\n"
+    "          \"@type\": type.googleapis.com/"
+    "envoy.extensions.filters.network.connection_limit.v3.ConnectionLimit\n";
+
+TEST(ServerConfigTest, ConnectionLimit) {
+  ServerConfig c;
+  std::vector<std::string> errors;
+  ASSERT_TRUE(Build(WithNetworkFilter(std::string(kLimit) +
+                                      "          stat_prefix: cap\n"
+                                      "          max_connections: 500\n"
+                                      "          delay: 0.1s\n"),
+                    &c, &errors))
+      << ::testing::PrintToString(errors);
+  const auto& limit = c.listeners[0]->connection_limit;
+  ASSERT_TRUE(limit);
+  EXPECT_EQ(limit->stat_prefix, "cap");
+  EXPECT_EQ(limit->max_connections, 500u);
+  EXPECT_EQ(limit->delay_ms, 100u);
+  EXPECT_TRUE(limit->TryAcquire());
+  EXPECT_EQ(limit->state->active.load(), 1u);
+
+  // runtime_enabled has no runtime to read: its default_value decides.
+  errors.clear();
+  c = ServerConfig();
+  ASSERT_TRUE(Build(WithNetworkFilter(std::string(kLimit) +
+                                      "          stat_prefix: cap\n"
+                                      "          max_connections: 5\n"
+                                      "          runtime_enabled: {default_value: false, "
+                                      "runtime_key: cap.enabled}\n"),
+                    &c, &errors))
+      << ::testing::PrintToString(errors);
+  EXPECT_FALSE(c.listeners[0]->connection_limit);
+}
+
+TEST(ServerConfigTest, BadConnectionLimit) {
+  EXPECT_THAT(OnlyError(WithNetworkFilter(std::string(kLimit) + "          stat_prefix: cap\n")),
+              HasSubstr("filters[0].typed_config.max_connections: must be at least 1"));
+  EXPECT_THAT(OnlyError(WithNetworkFilter(std::string(kLimit) + "          max_connections: 1\n")),
+              HasSubstr("filters[0].typed_config.stat_prefix: is required"));
+  EXPECT_THAT(OnlyError(WithNetworkFilter(std::string(kLimit) +
+                                          "          stat_prefix: a\n"
+                                          "          max_connections: 1\n" +
+                                          kLimit +
+                                          "          stat_prefix: b\n"
+                                          "          max_connections: 1\n")),
+              HasSubstr("filters[1]: connection_limit is given twice"));
+  EXPECT_THAT(OnlyError(WithNetworkFilter("      - name: envoy.filters.network.tcp_proxy\n")),
+              HasSubstr("filters[0]: network filter 'envoy.filters.network.tcp_proxy' is not "
+                        "supported here"));
+}
+
 TEST(ServerConfigTest, OnlyTheRouterHttpFilter) {
   std::string e = OnlyError(Replace(
       kGood, "- name: envoy.filters.http.router\n",
