@@ -108,6 +108,14 @@ int Http1Parser::OnStatus(llhttp_t* p, const char* at, size_t len) {
 
 int Http1Parser::OnHeaderField(llhttp_t* p, const char* at, size_t len) {
   Http1Parser* self = Self(p);
+  // A header line starts right after CRLF. llhttp ends the status line at a bare CR and skips the
+  // byte after it unchecked ("200 OK\rXContent-Length: 0"), which would make a header out of what
+  // other parsers read as part of the reason phrase.
+  if (self->cur_name_.empty() && len > 0 &&
+      (self->Before(at, 1) != '\n' || self->Before(at, 2) != '\r')) {
+    return self->type_ == Type::kRequest ? self->Fail(400, "header line without CRLF before it")
+                                         : self->Fail(502, "header line without CRLF before it");
+  }
   if (!self->AddHeaderBytes(len)) return self->HeadersTooLarge();
   self->cur_name_.append(at, len);
   return 0;
@@ -152,6 +160,11 @@ int Http1Parser::OnHeaderValueComplete(llhttp_t* p) {
   if (self->cur_value_.find_first_of("\r\n") != std::string::npos) {
     return self->type_ == Type::kRequest ? self->Fail(400, "folded header line (obs-fold)")
                                          : self->Fail(502, "folded header line (obs-fold)");
+  }
+  if (self->cur_name_.empty()) {
+    // llhttp accepts ": value"; a field name must be a token (RFC 9110 5.1).
+    return self->type_ == Type::kRequest ? self->Fail(400, "empty header name")
+                                         : self->Fail(502, "empty header name");
   }
   ToLowerAscii(&self->cur_name_);
   TrimTrailingWhitespace(&self->cur_value_);
@@ -217,6 +230,10 @@ int Http1Parser::OnHeadersComplete(llhttp_t* p) {
   }
   ResponseHead& r = self->response_;
   if (p->http_major != 1) return self->Fail(502, "response is not HTTP/1.x");
+  // llhttp takes one to three digits; a status code is three, 100 to 599 (RFC 9110 15).
+  if (p->status_code < 100 || p->status_code > 599) {
+    return self->Fail(502, "invalid response status code");
+  }
   // RFC 9112 6.3 would read a non-chunked coding until close; rpx decodes none but chunked, and
   // passing the coded body on without its Transfer-Encoding would misrepresent it.
   if ((p->flags & F_TRANSFER_ENCODING) && !(chunked && OnlyChunked(r.headers))) {

@@ -298,6 +298,8 @@ void ServerConnection::SendLocalReply(int status, std::string_view body,
     ResetStream();
     return;
   }
+  // 1xx, 204 and 304 carry no body (a direct_response may configure one anyway).
+  if (StatusHasNoBody(status)) body = {};
   bool had_stream = stream_active_;
   if (!had_stream) {
     // A reply outside any stream (a parse error): answer and count it as a request.

@@ -4,7 +4,7 @@ import re
 import unittest
 
 from harness import (IntegrationTestCase, bootstrap, cluster, curl, curl_multi, free_port,
-                     http_listener, route, virtual_host)
+                     http_listener, http_request, route, virtual_host)
 
 UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
@@ -187,6 +187,7 @@ class RouteFeaturesTest(IntegrationTestCase):
             {"match": {"prefix": "/old/"},
              "redirect": {"prefix_rewrite": "/new/", "response_code": "FOUND"}},
             route("/direct", direct_response=(418, "short and stout\n")),
+            route("/nobody", direct_response=(204, "a body a 204 cannot carry\n")),
             {"match": {"prefix": "/pick",
                        "headers": [{"name": "x-pick", "string_match": {"exact": "b"}}]},
              "route": {"cluster": "B"}},
@@ -224,6 +225,16 @@ class RouteFeaturesTest(IntegrationTestCase):
         r = curl(self.url("/direct"))
         self.assertEqual((r.status, r.body), (418, b"short and stout\n"))
         self.assertEqual(self.a.request_count() + self.b.request_count(), 0)
+
+    def test_direct_response_204_drops_its_body(self):
+        # Found by fuzzing: the configured body used to follow a 204 head and desync the
+        # connection. The next request on the same connection must get its own response.
+        c = self.raw_client(self.port)
+        c.send(http_request("GET", "/nobody") + http_request("GET", "/direct"))
+        r = c.read_response()
+        self.assertEqual((r.status, r.body), (204, b""))
+        r = c.read_response()
+        self.assertEqual((r.status, r.body), (418, b"short and stout\n"))
 
     def test_header_match(self):
         self.assertEqual(curl(self.url("/pick"), "-H", "x-pick: b").json()["server"], "B")
