@@ -9,6 +9,7 @@
 #include <string>
 
 #include "source/common/logger.h"
+#include "source/network/splice.h"
 #include "source/server/server.h"
 
 namespace {
@@ -48,6 +49,7 @@ void Usage(FILE* out) {
           "  --service-node NAME      node id (overrides node.id)\n"
           "  --service-cluster NAME   node cluster (overrides node.cluster)\n"
           "  --drain-time-s N         seconds a removed listener's connections may finish (5)\n"
+          "  --disable-splice         copy large bodies through userspace instead of splice(2)\n"
           "  --version, -h/--help\n");
 }
 
@@ -120,6 +122,8 @@ int main(int argc, char** argv) {
         return 1;
       }
       options.drain_time_ms = static_cast<uint64_t>(n) * 1000;
+    } else if (arg == "--disable-splice") {
+      rpx::Splicer::SetEnabled(false);
     } else if (arg == "--version") {
       printf("rpx version 0.1.0\n");
       return 0;

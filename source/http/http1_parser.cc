@@ -310,6 +310,18 @@ Http1Parser::Result Http1Parser::Execute(const char* data, size_t len, size_t* c
 
 void Http1Parser::Resume() { llhttp_resume(&parser_); }
 
+uint64_t Http1Parser::remaining_body_length() const {
+  // in_trailers_ is set once the head is complete.
+  if (!in_message_ || !in_trailers_ || expect_no_body_) return 0;
+  if ((parser_.flags & F_CHUNKED) || !(parser_.flags & F_CONTENT_LENGTH)) return 0;
+  return parser_.content_length;
+}
+
+void Http1Parser::SkipRemainingBody() {
+  llhttp_reset(&parser_);
+  in_message_ = false;
+}
+
 Http1Parser::Result Http1Parser::Finish() {
   llhttp_errno_t err = llhttp_finish(&parser_);
   if (err == HPE_OK || err == HPE_PAUSED) return Result::kOk;

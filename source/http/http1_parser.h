@@ -44,6 +44,11 @@ class Http1Parser {
   // Response parsers: the next response answers a HEAD request (no body whatever its headers say).
   void set_expect_no_body(bool v) { expect_no_body_ = v; }
   bool message_needs_eof() const { return llhttp_message_needs_eof(&parser_); }
+  // Inside a Content-Length body: how many of its bytes the parser has not seen yet; else 0.
+  uint64_t remaining_body_length() const;
+  // The rest of the current body went past the parser (spliced): the message is complete, and
+  // the parser starts over for the next one.
+  void SkipRemainingBody();
   bool in_message() const { return in_message_; }
 
   RequestHead& request() { return request_; }

@@ -399,6 +399,18 @@ void ServerConnection::ReadDisable(bool disable) {
   if (!disable && !processing_ && !conn_->read_buffer().empty()) ProcessInput();
 }
 
+Connection* ServerConnection::SpliceTarget() {
+  if (closed_ || !stream_active_ || !response_started_ || response_chunked_ || response_no_body_ ||
+      upgraded_ || !conn_->open()) {
+    return nullptr;
+  }
+  return conn_.get();
+}
+
+void ServerConnection::OnDataSpliced(uint64_t bytes) {
+  if (stream_idle_ms_ && bytes) stream_timer_->Enable(stream_idle_ms_);
+}
+
 void ServerConnection::SetStreamIdleTimeout(uint64_t ms) {
   stream_idle_ms_ = ms;
   if (!stream_active_) return;

@@ -48,6 +48,8 @@ class ServerConnection : public ConnectionCallbacks,
   void ResetStream() override;
   void ReadDisable(bool disable) override;
   void SetStreamIdleTimeout(uint64_t ms) override;
+  Connection* SpliceTarget() override;
+  void OnDataSpliced(uint64_t bytes) override;
   bool response_started() const override { return response_started_; }
   const SocketAddress& remote_address() const override { return peer_; }
   const std::string& remote_ip() const override { return peer_ip_; }

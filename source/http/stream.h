@@ -21,6 +21,8 @@
 
 namespace rpx {
 
+class Connection;
+
 class ResponseEncoder {
  public:
   virtual ~ResponseEncoder() = default;
@@ -37,6 +39,11 @@ class ResponseEncoder {
   // Overrides the listener's stream_idle_timeout for this stream (0 disables it); a route's
   // idle_timeout. Also bounds a tunnel's silence in both directions after an upgrade.
   virtual void SetStreamIdleTimeout(uint64_t ms) = 0;
+  // Zero-copy: the connection the rest of the response body may be spliced into, once the head
+  // is encoded with a Content-Length (nullptr when it cannot: chunked, HEAD, TLS, a tunnel).
+  virtual Connection* SpliceTarget() { return nullptr; }
+  // `bytes` of the body reached the client through SpliceTarget() (keeps the stream alive).
+  virtual void OnDataSpliced(uint64_t bytes) {}
   virtual bool response_started() const = 0;
   virtual const SocketAddress& remote_address() const = 0;
   virtual const std::string& remote_ip() const = 0;  // remote_address() without the port

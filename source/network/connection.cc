@@ -123,10 +123,37 @@ void Connection::UpdateInterest() {
   if (state_ == State::kConnecting) {
     interest = FileEvent::kWrite;
   } else {
-    if (!read_disabled_ && state_ == State::kOpen) interest |= FileEvent::kRead;
-    if (!write_buffer_.empty()) interest |= FileEvent::kWrite;
+    bool read = splice_source_ ? want_splice_read_ : !read_disabled_;
+    if (read && state_ == State::kOpen) interest |= FileEvent::kRead;
+    if (!write_buffer_.empty() || (splice_sink_ && want_splice_write_ && state_ == State::kOpen)) {
+      interest |= FileEvent::kWrite;
+    }
   }
   file_event_->SetInterest(interest);
+}
+
+void Connection::SetSpliceSource(SpliceHandler* h) {
+  splice_source_ = h;
+  want_splice_read_ = false;
+  UpdateInterest();
+}
+
+void Connection::SetSpliceSink(SpliceHandler* h) {
+  splice_sink_ = h;
+  want_splice_write_ = false;
+  UpdateInterest();
+}
+
+void Connection::WantSpliceRead(bool want) {
+  if (want_splice_read_ == want) return;
+  want_splice_read_ = want;
+  UpdateInterest();
+}
+
+void Connection::WantSpliceWrite(bool want) {
+  if (want_splice_write_ == want) return;
+  want_splice_write_ = want;
+  UpdateInterest();
 }
 
 void Connection::OnFileEvent(uint32_t events) {
@@ -156,7 +183,17 @@ void Connection::OnFileEvent(uint32_t events) {
     }
     return;
   }
-  if ((events & FileEvent::kWrite) && state_ != State::kClosed) DoWrite();
+  if ((events & FileEvent::kWrite) && state_ != State::kClosed) {
+    DoWrite();
+    if (splice_sink_ && want_splice_write_ && state_ == State::kOpen && write_buffer_.empty()) {
+      splice_sink_->OnSpliceWritable();
+    }
+  }
+  if (splice_source_ && state_ == State::kOpen) {
+    // A hang-up still leaves bytes to move: the handler sees EOF itself.
+    if (events & (FileEvent::kRead | FileEvent::kClosed)) splice_source_->OnSpliceReadable();
+    if (splice_source_ && state_ == State::kOpen) return;
+  }
   if ((events & FileEvent::kRead) && state_ == State::kOpen) DoRead();
   // Hang-up or error while reads are disabled: nothing above noticed it, and level-triggered
   // epoll would report it forever.
@@ -168,7 +205,8 @@ void Connection::OnFileEvent(uint32_t events) {
 void Connection::DoRead() {
   size_t total = 0;
   bool eof = false;
-  while (total < kMaxReadPerEvent && !read_disabled_ && state_ == State::kOpen) {
+  // A splicer may take over the socket from inside OnData: stop reading into the buffer then.
+  while (total < kMaxReadPerEvent && !read_disabled_ && state_ == State::kOpen && !splice_source_) {
     char* p = read_buffer_.Reserve(kReadChunk);
     ssize_t n = transport_->Read(fd_, p, kReadChunk);
     if (n > 0) {
@@ -293,6 +331,11 @@ void Connection::CloseNow(ConnectionEvent event, bool notify) {
   ::close(fd_);
   read_buffer_.Clear();
   write_buffer_.Clear();
+  // A splicer must not use the (soon reused) descriptor again.
+  for (SpliceHandler* h : {splice_source_, splice_sink_}) {
+    if (h) h->OnSpliceConnectionClosed();
+  }
+  splice_source_ = splice_sink_ = nullptr;
   ConnectionCallbacks* cb = callbacks_;
   callbacks_ = nullptr;
   if (notify && cb) cb->OnEvent(event);

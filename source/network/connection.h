@@ -44,6 +44,15 @@ class RawTransport : public TransportSocket {
   ssize_t Write(int fd, const char* buf, size_t len) override;
 };
 
+// Readiness for a Splicer (splice.h), which moves bytes between two sockets itself.
+class SpliceHandler {
+ public:
+  virtual ~SpliceHandler() = default;
+  virtual void OnSpliceReadable() = 0;  // the source socket has bytes (or EOF, or an error)
+  virtual void OnSpliceWritable() = 0;  // the sink's write buffer is empty and the socket writable
+  virtual void OnSpliceConnectionClosed() = 0;  // either connection closed: never touch it again
+};
+
 class Connection : public DeferredDeletable, public Flushable {
  public:
   // Takes ownership of `fd`. `connecting` means a non-blocking connect() is in flight.
@@ -78,6 +87,17 @@ class Connection : public DeferredDeletable, public Flushable {
   // the close is silent (used when the owner is already tearing down).
   void Close(CloseType type, bool notify = true);
   bool closed() const { return state_ == State::kClosed; }
+  bool open() const { return state_ == State::kOpen; }
+
+  // Splicing: while a source handler is set, read readiness goes to it and the socket is not read
+  // into read_buffer(); `want` says whether it wants readiness now (read_disabled() is ignored).
+  // While a sink handler is set and wants it, write readiness with an empty write buffer goes to
+  // it (what is buffered is written first). nullptr ends it.
+  void SetSpliceSource(SpliceHandler* h);
+  void SetSpliceSink(SpliceHandler* h);
+  void WantSpliceRead(bool want);
+  void WantSpliceWrite(bool want);
+  bool plaintext() const { return plaintext_; }
   bool closing() const { return state_ != State::kOpen && state_ != State::kConnecting; }
   bool above_high_watermark() const { return above_high_; }
   Dispatcher& dispatcher() { return dispatcher_; }
@@ -111,6 +131,11 @@ class Connection : public DeferredDeletable, public Flushable {
   bool flush_scheduled_ = false;
   ConnectionCallbacks* callbacks_ = nullptr;
   std::unique_ptr<TransportSocket> transport_;
+  bool plaintext_ = true;  // bytes on the socket are the bytes of the stream (RawTransport)
+  SpliceHandler* splice_source_ = nullptr;
+  SpliceHandler* splice_sink_ = nullptr;
+  bool want_splice_read_ = false;
+  bool want_splice_write_ = false;
   std::unique_ptr<FileEvent> file_event_;
   bool linger_after_flush_ = false;
   bool self_owned_ = false;  // released by its owner while closing; frees itself when closed

@@ -28,6 +28,10 @@ class RouterStream : public StreamHandler, public PoolCallbacks, public Response
   void OnResponseData(const char* data, size_t len, bool end_stream) override;
   void OnUpstreamReset(UpstreamResetReason reason, const std::string& detail) override;
   void OnUpstreamWriteWatermark(bool above) override;
+  Connection* SpliceTarget() override { return done_ ? nullptr : encoder_.SpliceTarget(); }
+  void OnResponseDataSpliced(uint64_t bytes) override {
+    if (!done_) encoder_.OnDataSpliced(bytes);
+  }
 
  private:
   void RewriteRequest(RequestHead& head, const VirtualHostEntry& vh, const WeightedTarget* wt);

@@ -129,6 +129,7 @@ std::string Admin::StatsText() const {
     RPX_CLUSTER_STAT(upstream_rq_pending_overflow)
     RPX_CLUSTER_STAT(upstream_rq_timeout)
     RPX_CLUSTER_STAT(upstream_rq_reset)
+    RPX_CLUSTER_STAT(upstream_rq_body_spliced)
     RPX_CLUSTER_STAT(upstream_rq_2xx)
     RPX_CLUSTER_STAT(upstream_rq_3xx)
     RPX_CLUSTER_STAT(upstream_rq_4xx)

@@ -31,7 +31,10 @@ UpstreamClient::UpstreamClient(ConnPool& pool, std::unique_ptr<Connection> conn)
   });
 }
 
-UpstreamClient::~UpstreamClient() { Connection::Release(std::move(conn_)); }
+UpstreamClient::~UpstreamClient() {
+  splicer_.reset();  // it points at conn_
+  Connection::Release(std::move(conn_));
+}
 
 const Host& UpstreamClient::host() const { return pool_.host(); }
 
@@ -97,6 +100,7 @@ void UpstreamClient::SendData(const char* data, size_t len, bool end_stream) {
 
 void UpstreamClient::Reset() {
   if (state_ != State::kBusy) return;
+  splicer_.reset();
   decoder_ = nullptr;
   pool_.stats().upstream_rq_reset.Inc();
   conn_->Close(Connection::CloseType::kNoFlush, false);
@@ -154,7 +158,42 @@ void UpstreamClient::ParseResponse() {
     bool stray = !in.empty();
     in.Clear();
     ReleaseAfterResponse(stray);
+    return;
   }
+  MaybeSplice();
+}
+
+// Bodies at least this large go through splice(2): below it the pipe's syscalls cost more than
+// the copy they save.
+constexpr uint64_t kSpliceMinBytes = 64 * 1024;
+
+void UpstreamClient::MaybeSplice() {
+  if (splicer_ || decoder_ == nullptr || tunnel_) return;
+  uint64_t remaining = parser_.remaining_body_length();
+  if (remaining < kSpliceMinBytes || !conn_->read_buffer().empty()) return;
+  Connection* sink = decoder_->SpliceTarget();
+  if (sink == nullptr) return;
+  splicer_ = Splicer::Create(*conn_, *sink, remaining, *this);
+  if (!splicer_) return;
+  pool_.stats().upstream_rq_body_spliced.Inc();
+  splicer_->Start();
+}
+
+void UpstreamClient::OnSpliceProgress(uint64_t bytes) {
+  if (decoder_) decoder_->OnResponseDataSpliced(bytes);
+}
+
+void UpstreamClient::OnSpliceDone() {
+  splicer_.reset();
+  parser_.SkipRemainingBody();
+  OnMessageComplete();
+  // Anything already waiting after the body is a confused upstream (ReleaseAfterResponse).
+  ReleaseAfterResponse(false);
+}
+
+void UpstreamClient::OnSpliceFailed(const std::string& detail) {
+  splicer_.reset();
+  if (state_ == State::kBusy) Fail(UpstreamResetReason::kConnectionClosed, detail);
 }
 
 void UpstreamClient::OnEvent(ConnectionEvent event) {

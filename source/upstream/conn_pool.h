@@ -21,6 +21,7 @@
 #include "source/http/headers.h"
 #include "source/http/http1_parser.h"
 #include "source/network/connection.h"
+#include "source/network/splice.h"
 #include "source/upstream/cluster.h"
 
 namespace rpx {
@@ -41,6 +42,11 @@ class ResponseDecoder {
   virtual void OnUpstreamReset(UpstreamResetReason reason, const std::string& detail) = 0;
   // The upstream connection's write buffer crossed the high (true) / low (false) watermark.
   virtual void OnUpstreamWriteWatermark(bool above) = 0;
+  // Zero-copy: the downstream connection the rest of a Content-Length body may be spliced into
+  // (after the head it already holds), or nullptr to receive the body through OnResponseData.
+  virtual Connection* SpliceTarget() { return nullptr; }
+  // `bytes` of the body went straight to SpliceTarget(); the end still comes as OnResponseData.
+  virtual void OnResponseDataSpliced(uint64_t bytes) {}
 };
 
 class PoolCallbacks {
@@ -55,6 +61,7 @@ class PoolCallbacks {
 // upstream's EOF ends the response, SendData(end_stream) closes it, and it is never reused.
 class UpstreamClient : public ConnectionCallbacks,
                        public Http1ParserCallbacks,
+                       public SplicerCallbacks,
                        public DeferredDeletable {
  public:
   UpstreamClient(ConnPool& pool, std::unique_ptr<Connection> conn);
@@ -77,9 +84,14 @@ class UpstreamClient : public ConnectionCallbacks,
   void OnHead() override;
   void OnBody(const char* data, size_t len) override;
   void OnMessageComplete() override;
+  // SplicerCallbacks
+  void OnSpliceProgress(uint64_t bytes) override;
+  void OnSpliceDone() override;
+  void OnSpliceFailed(const std::string& detail) override;
 
  private:
   friend class ConnPool;
+  void MaybeSplice();
   enum class State { kConnecting, kIdle, kBusy, kClosed };
   void ParseResponse();
   void ReleaseAfterResponse(bool stray_bytes);
@@ -100,6 +112,7 @@ class UpstreamClient : public ConnectionCallbacks,
   bool unexpected_101_ = false;
   uint32_t requests_ = 0;
   std::unique_ptr<Timer> timer_;  // connect timeout while connecting, idle timeout while idle
+  std::unique_ptr<Splicer> splicer_;  // moving the rest of a large body (see MaybeSplice)
   std::list<UpstreamClient*>::iterator pos_;
 };
 

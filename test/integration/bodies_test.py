@@ -110,6 +110,13 @@ class BodiesTest(IntegrationTestCase):
         self.assertEqual(r.headers.get("content-length"), str(BIG))
         self.assertEqual(len(r.body), BIG)
         self.assertEqual(sha256(r.body), sha256(det_bytes(BIG)))
+        # A body this large goes socket to socket with splice(2).
+        self.assertEqual(self.proxy.stat("cluster.E.upstream_rq_body_spliced"), 1)
+
+    def test_small_bodies_are_not_spliced(self):
+        r = curl(self.url("/bytes/%d" % 20000))
+        self.assertEqual(sha256(r.body), sha256(det_bytes(20000)))
+        self.assertEqual(self.proxy.stat("cluster.E.upstream_rq_body_spliced"), 0)
 
     def test_slow_reader_gets_the_whole_response_before_close(self):
         # Connection: close with a client that reads slowly through a tiny receive window: when the
@@ -272,6 +279,22 @@ class BodiesTest(IntegrationTestCase):
         self.assertEqual(r.json()["body_length"], HUGE)
         self.assertEqual(r.json()["body_sha256"], sha256(body))
         self.assertLess(grown, 32, "rpx grew by %.1f MiB while its upstream did not read" % grown)
+
+
+
+class CopiedBodiesTest(IntegrationTestCase):
+    """With --disable-splice, large bodies take the buffered copy path, intact."""
+
+    def test_download_8mib_copied(self):
+        echo = self.start_echo("E")
+        port = free_port()
+        proxy = self.start_rpx(bootstrap(
+            [http_listener("ingress", port,
+                           [virtual_host("all", ["*"], [route("/", "E", timeout="20s")])])],
+            [cluster("E", echo.port)]), extra_args=("--disable-splice",))
+        r = curl("http://127.0.0.1:%d/bytes/%d" % (port, BIG))
+        self.assertEqual(sha256(r.body), sha256(det_bytes(BIG)))
+        self.assertEqual(proxy.stat("cluster.E.upstream_rq_body_spliced"), 0)
 
 
 if __name__ == "__main__":

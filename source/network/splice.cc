@@ -1,0 +1,219 @@
+#include "source/network/splice.h"
+
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace rpx {
+namespace {
+std::atomic<bool> g_enabled{true};
+
+// Bigger pipes mean fewer splice calls per body; 256 KiB is below the unprivileged
+// /proc/sys/fs/pipe-max-size (1 MiB) default.
+constexpr int kPipeSize = 256 * 1024;
+// Empty pipes kept per worker thread for the next body (two descriptors each).
+constexpr size_t kMaxPooledPipes = 16;
+
+struct Pipe {
+  int r, w;
+  size_t size;
+};
+
+// Per thread (each worker runs one dispatcher), so no locking.
+std::vector<Pipe>& PipePool() {
+  thread_local std::vector<Pipe> pool;
+  thread_local struct Closer {
+    ~Closer() {
+      for (const Pipe& p : PipePool()) {
+        ::close(p.r);
+        ::close(p.w);
+      }
+    }
+  } closer;
+  (void)closer;
+  return pool;
+}
+
+bool TakePipe(Pipe* out) {
+  auto& pool = PipePool();
+  if (!pool.empty()) {
+    *out = pool.back();
+    pool.pop_back();
+    return true;
+  }
+  int fds[2];
+  if (::pipe2(fds, O_NONBLOCK | O_CLOEXEC) != 0) return false;
+  int size = ::fcntl(fds[1], F_SETPIPE_SZ, kPipeSize);
+  if (size < 0) size = ::fcntl(fds[1], F_GETPIPE_SZ);
+  *out = Pipe{fds[0], fds[1], static_cast<size_t>(size > 0 ? size : 65536)};
+  return true;
+}
+
+void ReturnPipe(const Pipe& p, bool empty) {
+  auto& pool = PipePool();
+  if (empty && pool.size() < kMaxPooledPipes) {
+    pool.push_back(p);
+    return;
+  }
+  ::close(p.r);
+  ::close(p.w);
+}
+}  // namespace
+
+void Splicer::SetEnabled(bool enabled) { g_enabled.store(enabled, std::memory_order_relaxed); }
+bool Splicer::enabled() { return g_enabled.load(std::memory_order_relaxed); }
+
+std::unique_ptr<Splicer> Splicer::Create(Connection& source, Connection& sink, uint64_t length,
+                                         SplicerCallbacks& callbacks) {
+  if (!enabled() || !source.plaintext() || !sink.plaintext() || !source.open() || !sink.open() ||
+      !source.read_buffer().empty()) {
+    return nullptr;
+  }
+  Pipe p;
+  if (!TakePipe(&p)) return nullptr;
+  return std::unique_ptr<Splicer>(new Splicer(source, sink, length, callbacks, p.r, p.w, p.size));
+}
+
+Splicer::Splicer(Connection& source, Connection& sink, uint64_t length, SplicerCallbacks& callbacks,
+                 int pipe_r, int pipe_w, size_t pipe_size)
+    : source_(&source),
+      sink_(&sink),
+      callbacks_(callbacks),
+      pipe_r_(pipe_r),
+      pipe_w_(pipe_w),
+      pipe_size_(pipe_size),
+      to_read_(length) {}
+
+Splicer::~Splicer() {
+  if (destroyed_) *destroyed_ = true;
+  Detach();
+  ReturnPipe(Pipe{pipe_r_, pipe_w_, pipe_size_}, in_pipe_ == 0);
+}
+
+void Splicer::Detach() {
+  if (source_) source_->SetSpliceSource(nullptr);
+  if (sink_) sink_->SetSpliceSink(nullptr);
+  source_ = sink_ = nullptr;
+}
+
+void Splicer::Start() {
+  source_->SetSpliceSource(this);
+  sink_->SetSpliceSink(this);
+  Pump();
+}
+
+void Splicer::OnSpliceReadable() { Pump(); }
+void Splicer::OnSpliceWritable() { Pump(); }
+
+void Splicer::OnSpliceConnectionClosed() {
+  // Called from inside the closing connection: forget both before reporting.
+  bool source_closed = source_ && source_->closed();
+  if (source_ && !source_->closed()) source_->SetSpliceSource(nullptr);
+  if (sink_ && !sink_->closed()) sink_->SetSpliceSink(nullptr);
+  source_ = sink_ = nullptr;
+  if (finished_) return;
+  Fail(source_closed ? "upstream connection closed mid-body" : "downstream connection closed");
+}
+
+void Splicer::Fail(const std::string& detail) {
+  if (finished_) return;
+  finished_ = true;
+  Detach();
+  callbacks_.OnSpliceFailed(detail);  // may delete this
+}
+
+void Splicer::Pump() {
+  if (finished_ || pumping_) return;
+  pumping_ = true;
+  bool destroyed = false;
+  destroyed_ = &destroyed;
+  uint64_t moved_total = 0;
+  while (true) {
+    uint64_t before = in_pipe_ + to_read_;
+    if (!FillPipe()) return;  // Fail() ran; `this` may be gone
+    uint64_t pipe_before = in_pipe_;
+    if (!DrainPipe()) return;
+    moved_total += pipe_before - in_pipe_;
+    if (to_read_ == 0 && in_pipe_ == 0) break;
+    if (in_pipe_ + to_read_ == before) break;  // no progress: wait for readiness
+  }
+  // Readiness wanted: the source while there is room and bytes to take, the sink while the
+  // pipe holds bytes.
+  if (source_) source_->WantSpliceRead(to_read_ > 0 && in_pipe_ < pipe_size_);
+  if (sink_) sink_->WantSpliceWrite(in_pipe_ > 0);
+  pumping_ = false;
+  if (moved_total > 0) {
+    callbacks_.OnSpliceProgress(moved_total);
+    if (destroyed) return;
+  }
+  destroyed_ = nullptr;
+  if (to_read_ == 0 && in_pipe_ == 0 && !finished_) {
+    finished_ = true;
+    Detach();
+    callbacks_.OnSpliceDone();  // may delete this
+  }
+}
+
+bool Splicer::FillPipe() {
+  while (to_read_ > 0 && in_pipe_ < pipe_size_ && source_) {
+    size_t want = static_cast<size_t>(std::min<uint64_t>(to_read_, pipe_size_ - in_pipe_));
+    ssize_t n =
+        ::splice(source_->fd(), nullptr, pipe_w_, nullptr, want, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+    if (n > 0) {
+      to_read_ -= n;
+      in_pipe_ += n;
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) break;
+    pumping_ = false;
+    destroyed_ = nullptr;
+    Fail(n == 0 ? absl::StrCat("upstream closed the connection with ", to_read_,
+                               " body bytes still to come")
+                : absl::StrCat("reading the upstream failed: ", std::strerror(errno)));
+    return false;
+  }
+  if (to_read_ > 0 && in_pipe_ >= pipe_size_ && source_) {
+    // The pipe is full, so the source is not read; still notice a reset or an early EOF (a
+    // hang-up is reported whatever the interest, and would otherwise be reported forever).
+    char c;
+    ssize_t n = ::recv(source_->fd(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+      pumping_ = false;
+      destroyed_ = nullptr;
+      Fail(n == 0 ? absl::StrCat("upstream closed the connection with ", to_read_,
+                                 " body bytes still to come")
+                  : absl::StrCat("reading the upstream failed: ", std::strerror(errno)));
+      return false;
+    }
+  }
+  return true;
+}
+
+bool Splicer::DrainPipe() {
+  // The sink's own buffer (the head) goes first.
+  if (!sink_ || !sink_->write_buffer().empty()) return true;
+  while (in_pipe_ > 0) {
+    ssize_t n = ::splice(pipe_r_, nullptr, sink_->fd(), nullptr, in_pipe_,
+                         SPLICE_F_MOVE | SPLICE_F_NONBLOCK | (to_read_ > 0 ? SPLICE_F_MORE : 0));
+    if (n > 0) {
+      in_pipe_ -= n;
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) break;
+    pumping_ = false;
+    destroyed_ = nullptr;
+    Fail(absl::StrCat("writing to the client failed: ",
+                      n == 0 ? "no progress" : std::strerror(errno)));
+    return false;
+  }
+  return true;
+}
+
+}  // namespace rpx

@@ -1,0 +1,75 @@
+// Splicer: moves exactly `length` bytes from one connection's socket to another's through a pipe
+// with splice(2), so a large body never enters userspace (HAProxy's kernel splicing; nginx and
+// Envoy copy). Used for plaintext HTTP/1 bodies of known length once their head is forwarded.
+//
+// Ordering: bytes already in the sink's write buffer (the response head) go out first; the
+// splicer writes only while that buffer is empty. Backpressure is the pipe: a sink that does not
+// drain stops reads from the source once the pipe is full, so memory stays at one pipe.
+//
+// Ownership and threads: created and destroyed by the owner of the source connection, on the
+// connections' worker. Both connections must outlive it or close (the splicer then stops touching
+// them and reports an error). Callbacks may destroy the splicer.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "source/network/connection.h"
+
+namespace rpx {
+
+class SplicerCallbacks {
+ public:
+  virtual ~SplicerCallbacks() = default;
+  // `bytes` more reached the sink socket.
+  virtual void OnSpliceProgress(uint64_t bytes) = 0;
+  // All `length` bytes reached the sink socket.
+  virtual void OnSpliceDone() = 0;
+  // The source ended early or a socket failed; `detail` says which. Nothing more is moved.
+  virtual void OnSpliceFailed(const std::string& detail) = 0;
+};
+
+class Splicer : public SpliceHandler {
+ public:
+  // Whether splicing is used at all (rpx --disable-splice turns it off, for comparisons).
+  static void SetEnabled(bool enabled);
+  static bool enabled();
+
+  // nullptr when the bytes cannot be spliced (disabled, a TLS transport, no pipe available):
+  // the caller then copies as usual.
+  static std::unique_ptr<Splicer> Create(Connection& source, Connection& sink, uint64_t length,
+                                         SplicerCallbacks& callbacks);
+  ~Splicer() override;
+
+  // Starts moving bytes (separate from Create so the owner has stored the splicer first).
+  void Start();
+  uint64_t remaining() const { return to_read_ + in_pipe_; }
+
+  // SpliceHandler
+  void OnSpliceReadable() override;
+  void OnSpliceWritable() override;
+  void OnSpliceConnectionClosed() override;
+
+ private:
+  Splicer(Connection& source, Connection& sink, uint64_t length, SplicerCallbacks& callbacks,
+          int pipe_r, int pipe_w, size_t pipe_size);
+  void Pump();
+  bool FillPipe();   // false: failed (callback made)
+  bool DrainPipe();  // false: failed (callback made)
+  void Fail(const std::string& detail);
+  void Detach();
+
+  Connection* source_;
+  Connection* sink_;
+  SplicerCallbacks& callbacks_;
+  int pipe_r_, pipe_w_;
+  size_t pipe_size_;
+  uint64_t to_read_;       // bytes still to take from the source
+  uint64_t in_pipe_ = 0;   // bytes in the pipe, not yet in the sink
+  bool finished_ = false;  // done or failed: no more callbacks
+  bool pumping_ = false;
+  bool* destroyed_ = nullptr;  // set while a callback runs, to detect `delete this`
+};
+
+}  // namespace rpx
