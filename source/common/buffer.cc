@@ -1,30 +1,78 @@
 #include "source/common/buffer.h"
 
 #include <algorithm>
+#include <vector>
 
 namespace rpx {
 
-char* Buffer::Reserve(size_t n) {
-  if (capacity_ - end_ >= n) return data_.get() + end_;
+namespace {
+// Blocks kept per thread: 8 MiB at most, far more than one event loop has in flight at once.
+constexpr size_t kMaxPooledBlocks = 256;
+
+struct BlockPool {
+  std::vector<char*> blocks;
+  ~BlockPool();
+};
+// Trivially destructible, so still readable while other thread_locals are torn down.
+thread_local bool g_pool_gone = false;
+thread_local BlockPool g_pool;
+BlockPool::~BlockPool() {
+  for (char* b : blocks) delete[] b;
+  blocks.clear();
+  g_pool_gone = true;
+}
+
+char* TakeBlock() {
+  if (!g_pool_gone && !g_pool.blocks.empty()) {
+    char* b = g_pool.blocks.back();
+    g_pool.blocks.pop_back();
+    return b;
+  }
+  return new char[Buffer::kBlockSize];
+}
+
+void FreeBlock(char* p, size_t capacity) {
+  if (capacity == Buffer::kBlockSize && !g_pool_gone && g_pool.blocks.size() < kMaxPooledBlocks) {
+    g_pool.blocks.push_back(p);
+    return;
+  }
+  delete[] p;
+}
+}  // namespace
+
+void Buffer::FreeStorage() {
+  if (data_) FreeBlock(data_, capacity_);
+  data_ = nullptr;
+  capacity_ = begin_ = end_ = 0;
+}
+
+char* Buffer::ReserveSlow(size_t n) {
   size_t used = size();
+  if (!data_ && n <= kBlockSize) {
+    data_ = TakeBlock();
+    capacity_ = kBlockSize;
+    begin_ = end_ = 0;
+    return data_;
+  }
   // Slide the live bytes to the front only when that frees at least as much room as it copies
   // (begin_ >= used): then each byte is moved O(1) times. Sliding a large buffer on every small
   // append would be quadratic (a 1 MiB memmove per 16 KiB read).
   if (capacity_ >= used + n && begin_ >= used) {
-    memmove(data_.get(), data_.get() + begin_, used);
+    memmove(data_, data_ + begin_, used);
     begin_ = 0;
     end_ = used;
-    return data_.get() + end_;
+    return data_ + end_;
   }
-  size_t cap = std::max<size_t>(capacity_ * 2, 4096);
+  size_t cap = std::max<size_t>(capacity_ * 2, kBlockSize);
   while (cap < used + n) cap *= 2;
-  std::unique_ptr<char[]> next(new char[cap]);
-  if (used) memcpy(next.get(), data_.get() + begin_, used);
-  data_ = std::move(next);
+  char* next = cap == kBlockSize ? TakeBlock() : new char[cap];
+  if (used) memcpy(next, data_ + begin_, used);
+  if (data_) FreeBlock(data_, capacity_);
+  data_ = next;
   capacity_ = cap;
   begin_ = 0;
   end_ = used;
-  return data_.get() + end_;
+  return data_ + end_;
 }
 
 void Buffer::AppendDecimal(uint64_t v) {

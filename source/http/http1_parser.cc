@@ -157,7 +157,8 @@ int Http1Parser::OnHeaderValueComplete(llhttp_t* p) {
   }
   // llhttp accepts obs-fold (a header continued on the next line); intermediaries may read it
   // differently, so it is refused (RFC 9112 5.2 allows a 400).
-  if (self->cur_value_.find_first_of("\r\n") != std::string::npos) {
+  const std::string& v = self->cur_value_;
+  if (memchr(v.data(), '\n', v.size()) || memchr(v.data(), '\r', v.size())) {
     return self->type_ == Type::kRequest ? self->Fail(400, "folded header line (obs-fold)")
                                          : self->Fail(502, "folded header line (obs-fold)");
   }
@@ -199,10 +200,11 @@ int Http1Parser::OnHeadersComplete(llhttp_t* p) {
     const std::string* host = nullptr;
     int host_count = 0;
     for (const auto& e : r.headers.entries()) {
-      if (e.first == "host") {
+      if (e.first == std::string_view("host")) {
         host = &e.second;
         ++host_count;
-      } else if (e.first == "expect" && EqualsIgnoreCase(e.second, "100-continue")) {
+      } else if (e.first == std::string_view("expect") &&
+                 EqualsIgnoreCase(e.second, "100-continue")) {
         r.expect_continue = true;
       }
     }
@@ -224,7 +226,7 @@ int Http1Parser::OnHeadersComplete(llhttp_t* p) {
     } else if (r.version_minor >= 1) {
       return self->Fail(400, "missing Host header");
     }
-    if (r.method == "CONNECT") return self->Fail(501, "CONNECT is not supported");
+    if (r.method == std::string_view("CONNECT")) return self->Fail(501, "CONNECT is not supported");
     self->callbacks_.OnHead();
     return 0;
   }

@@ -161,7 +161,7 @@ void ServerConnection::OnHead() {
   response_started_ = false;
   response_chunked_ = false;
   request_has_body_ = head.has_body();
-  response_no_body_ = head.method == "HEAD";
+  response_no_body_ = head.method == std::string_view("HEAD");
   ++requests_;
   // After an upgrade request that was not switched, the parser's state is not worth trusting.
   close_after_response_ =

@@ -207,13 +207,15 @@ void Connection::DoRead() {
   bool eof = false;
   // A splicer may take over the socket from inside OnData: stop reading into the buffer then.
   while (total < kMaxReadPerEvent && !read_disabled_ && state_ == State::kOpen && !splice_source_) {
-    char* p = read_buffer_.Reserve(kReadChunk);
-    ssize_t n = transport_->Read(fd_, p, kReadChunk);
+    // Read into the free tail when it is worth a syscall; else get a (pooled) block's worth.
+    size_t want = read_buffer_.WritableBytes() >= 4096 ? read_buffer_.WritableBytes() : kReadChunk;
+    char* p = read_buffer_.Reserve(want);
+    ssize_t n = transport_->Read(fd_, p, want);
     if (n > 0) {
       read_buffer_.Commit(n);
       total += n;
       if (callbacks_) callbacks_->OnData(read_buffer_);
-      if (static_cast<size_t>(n) < kReadChunk) break;  // socket drained (saves an EAGAIN read)
+      if (static_cast<size_t>(n) < want) break;  // socket drained (saves an EAGAIN read)
       continue;
     }
     if (n == 0) {
@@ -228,7 +230,7 @@ void Connection::DoRead() {
     CloseNow(ConnectionEvent::kRemoteClose, true);
     return;
   }
-  if (read_buffer_.empty()) read_buffer_.ShrinkIfEmpty();
+  if (read_buffer_.empty()) read_buffer_.ReleaseIfEmpty();
 }
 
 void Connection::DoWrite() {
@@ -243,7 +245,7 @@ void Connection::DoWrite() {
     return;
   }
   if (write_buffer_.empty()) {
-    write_buffer_.ShrinkIfEmpty();
+    write_buffer_.ReleaseIfEmpty();
     if (state_ == State::kClosingAfterFlush) {
       if (linger_after_flush_) {
         StartLinger();

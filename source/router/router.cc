@@ -163,13 +163,11 @@ void RouterStream::OnRequestHeaders(RequestHead& head, bool end_stream) {
 void RouterStream::RewriteRequest(RequestHead& head, const VirtualHostEntry& vh,
                                   const WeightedTarget* wt) {
   HeaderMap& h = head.headers;
-  RemoveHopByHopHeaders(h);
+  RemoveHopByHopHeaders(h);  // with content-length and expect
   if (upgrade_) {
     h.Add("connection", "upgrade");
     h.Add("upgrade", head.upgrade);
   }
-  h.Remove("content-length");
-  h.Remove("expect");
   const HttpConfig& config = router_.config();
   if (!config.skip_xff_append) {
     const std::string& ip = encoder_.remote_ip();
@@ -306,8 +304,7 @@ void RouterStream::OnResponseHeaders(ResponseHead& head, bool end_stream) {
     if (route_timer_) route_timer_->Disable();  // the route timeout covers the handshake only
     if (const std::string* u = head.headers.Get("upgrade")) upgrade = *u;
   }
-  RemoveHopByHopHeaders(head.headers);
-  head.headers.Remove("content-length");
+  RemoveHopByHopHeaders(head.headers);  // with content-length
   if (tunnel_) {
     head.headers.Add("connection", "upgrade");
     head.headers.Add("upgrade", upgrade.empty() ? head_->upgrade : upgrade);
@@ -376,23 +373,48 @@ std::unique_ptr<StreamHandler> Router::CreateStream(ResponseEncoder& encoder) {
   return std::make_unique<RouterStream>(*this, encoder);
 }
 
+namespace {
+// The headers a proxy never forwards as they are: hop-by-hop ones (RFC 9110 7.6.1) and the
+// message framing, which rpx writes itself. Checked by length first: this runs for every header
+// of every request and response.
+bool IsHopByHopOrFraming(const std::string& n, const std::string& value) {
+  using namespace std::literals;
+  switch (n.size()) {
+    case 2:
+      return n == "te"sv && !EqualsIgnoreCase(value, "trailers");
+    case 6:
+      return n == "expect"sv;
+    case 7:
+      return n == "upgrade"sv || n == "trailer"sv;
+    case 10:
+      return n == "connection"sv || n == "keep-alive"sv;
+    case 14:
+      return n == "content-length"sv;
+    case 16:
+      return n == "proxy-connection"sv;
+    case 17:
+      return n == "transfer-encoding"sv;
+    default:
+      return false;
+  }
+}
+}  // namespace
+
 void RemoveHopByHopHeaders(HeaderMap& headers) {
   auto& entries = headers.mutable_entries();
-  // Names listed in Connection are hop-by-hop too.
+  // Names listed in Connection are hop-by-hop too (rare: only then is the list built).
   std::vector<std::string> listed;
   for (const auto& e : entries) {
-    if (e.first != "connection") continue;
+    if (e.first.size() != 10 || e.first != std::string_view("connection")) continue;
     for (absl::string_view token : absl::StrSplit(e.second, ',')) {
       std::string t = absl::AsciiStrToLower(absl::StripAsciiWhitespace(token));
-      if (!t.empty()) listed.push_back(std::move(t));
+      if (!t.empty() && t != "close" && t != "keep-alive") listed.push_back(std::move(t));
     }
   }
   size_t out = 0;
   for (size_t i = 0; i < entries.size(); ++i) {
     const std::string& n = entries[i].first;
-    bool drop = n == "connection" || n == "keep-alive" || n == "proxy-connection" ||
-                n == "transfer-encoding" || n == "upgrade" || n == "trailer" ||
-                (n == "te" && !EqualsIgnoreCase(entries[i].second, "trailers"));
+    bool drop = IsHopByHopOrFraming(n, entries[i].second);
     for (const auto& l : listed) drop |= (n == l && n != "te");
     if (!drop) {
       if (out != i) entries[out] = std::move(entries[i]);

@@ -55,7 +55,9 @@ class Router : public StreamHandlerFactory {
   HttpStats* stats_;
 };
 
-// Hop-by-hop headers (RFC 9110 7.6.1), plus those named in Connection, are removed both ways.
+// Hop-by-hop headers (RFC 9110 7.6.1), those named in Connection, and the framing headers
+// (Content-Length; Expect, which rpx answers itself) are removed both ways: rpx frames each
+// message itself.
 void RemoveHopByHopHeaders(HeaderMap& headers);
 
 }  // namespace rpx

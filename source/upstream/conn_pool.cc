@@ -47,7 +47,7 @@ void UpstreamClient::StartRequest(ResponseDecoder* decoder, const RequestHead& h
   tunnel_ = false;
   unexpected_101_ = false;
   request_chunked_ = head.chunked;
-  parser_.set_expect_no_body(head.method == "HEAD");
+  parser_.set_expect_no_body(head.method == std::string_view("HEAD"));
   ++requests_;
   Buffer& out = conn_->write_buffer();
   out.Append(head.method);

@@ -68,14 +68,34 @@ TEST(BufferTest, ReserveCommit) {
   EXPECT_GE(b.WritableBytes(), 7u);
 }
 
-TEST(BufferTest, ShrinkIfEmptyFreesLargeBuffers) {
+TEST(BufferTest, ReleaseIfEmptyGivesStorageBack) {
   Buffer b;
   b.Append(std::string(1 << 20, 'z'));
+  b.ReleaseIfEmpty();  // not empty: kept
+  EXPECT_GE(b.capacity(), 1u << 20);
   b.Drain(b.size());
-  b.ShrinkIfEmpty();
+  b.ReleaseIfEmpty();
   EXPECT_EQ(b.capacity(), 0u);
   b.Append("ok");
   EXPECT_EQ(b.view(), "ok");
+  EXPECT_EQ(b.capacity(), Buffer::kBlockSize);
+}
+
+TEST(BufferTest, ReleasedBlocksAreReusedByTheNextBuffer) {
+  const char* first;
+  {
+    Buffer a;
+    a.Append("x");
+    first = a.data();
+    a.Drain(1);
+    a.ReleaseIfEmpty();
+  }
+  Buffer b;
+  b.Append("y");
+  EXPECT_EQ(b.data(), first);  // the same, cache-warm block
+  Buffer c;
+  c.Append("z");
+  EXPECT_NE(c.data(), first);
 }
 
 }  // namespace
