@@ -44,19 +44,29 @@ std::string AuthorityFromAbsoluteUrl(const std::string& url) {
 }
 }  // namespace
 
+// The same callbacks for every parser: one table, not one per connection.
+const llhttp_settings_t& Http1Parser::Settings() {
+  static const llhttp_settings_t* settings = [] {
+    auto* s = new llhttp_settings_t;
+    llhttp_settings_init(s);
+    s->on_message_begin = &Http1Parser::OnMessageBegin;
+    s->on_url = &Http1Parser::OnUrl;
+    s->on_status = &Http1Parser::OnStatus;
+    s->on_header_field = &Http1Parser::OnHeaderField;
+    s->on_header_value = &Http1Parser::OnHeaderValue;
+    s->on_header_value_complete = &Http1Parser::OnHeaderValueComplete;
+    s->on_headers_complete = &Http1Parser::OnHeadersComplete;
+    s->on_body = &Http1Parser::OnBodyCb;
+    s->on_message_complete = &Http1Parser::OnMessageCompleteCb;
+    return s;
+  }();
+  return *settings;
+}
+
 Http1Parser::Http1Parser(Type type, Http1ParserCallbacks& callbacks, Limits limits)
     : type_(type), callbacks_(callbacks), limits_(limits) {
-  llhttp_settings_init(&settings_);
-  settings_.on_message_begin = &Http1Parser::OnMessageBegin;
-  settings_.on_url = &Http1Parser::OnUrl;
-  settings_.on_status = &Http1Parser::OnStatus;
-  settings_.on_header_field = &Http1Parser::OnHeaderField;
-  settings_.on_header_value = &Http1Parser::OnHeaderValue;
-  settings_.on_header_value_complete = &Http1Parser::OnHeaderValueComplete;
-  settings_.on_headers_complete = &Http1Parser::OnHeadersComplete;
-  settings_.on_body = &Http1Parser::OnBodyCb;
-  settings_.on_message_complete = &Http1Parser::OnMessageCompleteCb;
-  llhttp_init(&parser_, type == Type::kRequest ? HTTP_REQUEST : HTTP_RESPONSE, &settings_);
+  if (type == Type::kResponse) head_.emplace<ResponseHead>();
+  llhttp_init(&parser_, type == Type::kRequest ? HTTP_REQUEST : HTTP_RESPONSE, &Settings());
   parser_.data = this;
 }
 
@@ -85,9 +95,9 @@ int Http1Parser::OnMessageBegin(llhttp_t* p) {
   self->cur_name_.clear();
   self->cur_value_.clear();
   if (self->type_ == Type::kRequest) {
-    self->request_.Clear();
+    self->request().Clear();
   } else {
-    self->response_.Clear();
+    self->response().Clear();
   }
   return 0;
 }
@@ -95,14 +105,14 @@ int Http1Parser::OnMessageBegin(llhttp_t* p) {
 int Http1Parser::OnUrl(llhttp_t* p, const char* at, size_t len) {
   Http1Parser* self = Self(p);
   if (!self->AddHeaderBytes(len)) return self->Fail(414, "request URI too long");
-  self->request_.path.append(at, len);
+  self->request().path.append(at, len);
   return 0;
 }
 
 int Http1Parser::OnStatus(llhttp_t* p, const char* at, size_t len) {
   Http1Parser* self = Self(p);
   if (!self->AddHeaderBytes(len)) return self->Fail(502, "status line too long");
-  self->response_.reason.append(at, len);
+  self->response().reason.append(at, len);
   return 0;
 }
 
@@ -150,7 +160,7 @@ int Http1Parser::OnHeaderValueComplete(llhttp_t* p) {
     return 0;
   }
   HeaderMap& headers =
-      self->type_ == Type::kRequest ? self->request_.headers : self->response_.headers;
+      self->type_ == Type::kRequest ? self->request().headers : self->response().headers;
   if (headers.size() >= self->limits_.max_headers) {
     return self->type_ == Type::kRequest ? self->Fail(431, "too many request headers")
                                          : self->Fail(502, "too many response headers");
@@ -184,10 +194,10 @@ int Http1Parser::OnHeadersComplete(llhttp_t* p) {
   bool chunked = (p->flags & F_CHUNKED) != 0;
   bool has_cl = (p->flags & F_CONTENT_LENGTH) != 0;
   if (self->type_ == Type::kRequest) {
-    RequestHead& r = self->request_;
+    RequestHead& r = self->request();
     // A transfer coding other than a final "chunked": llhttp reports it only after this callback,
     // when the request would already be routed; refuse it here.
-    if ((p->flags & F_TRANSFER_ENCODING) && !(chunked && OnlyChunked(self->request_.headers))) {
+    if ((p->flags & F_TRANSFER_ENCODING) && !(chunked && OnlyChunked(self->request().headers))) {
       return self->Fail(501, "unsupported transfer coding");
     }
     r.method = llhttp_method_name(static_cast<llhttp_method_t>(p->method));
@@ -230,7 +240,7 @@ int Http1Parser::OnHeadersComplete(llhttp_t* p) {
     self->callbacks_.OnHead();
     return 0;
   }
-  ResponseHead& r = self->response_;
+  ResponseHead& r = self->response();
   if (p->http_major != 1) return self->Fail(502, "response is not HTTP/1.x");
   // llhttp takes one to three digits; a status code is three, 100 to 599 (RFC 9110 15).
   if (p->status_code < 100 || p->status_code > 599) {
@@ -260,8 +270,8 @@ int Http1Parser::OnBodyCb(llhttp_t* p, const char* at, size_t len) {
 int Http1Parser::OnMessageCompleteCb(llhttp_t* p) {
   Http1Parser* self = Self(p);
   self->in_message_ = false;
-  if (self->type_ == Type::kResponse && self->response_.status >= 100 &&
-      self->response_.status < 200 && self->response_.status != 101) {
+  if (self->type_ == Type::kResponse && self->response().status >= 100 &&
+      self->response().status < 200 && self->response().status != 101) {
     return 0;  // interim response: keep parsing for the final one
   }
   self->callbacks_.OnMessageComplete();

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <variant>
 
 #include "llhttp.h"
 #include "source/http/headers.h"
@@ -51,8 +52,9 @@ class Http1Parser {
   void SkipRemainingBody();
   bool in_message() const { return in_message_; }
 
-  RequestHead& request() { return request_; }
-  ResponseHead& response() { return response_; }
+  // The head of the parser's type (request() on a response parser is an error).
+  RequestHead& request() { return *std::get_if<RequestHead>(&head_); }
+  ResponseHead& response() { return *std::get_if<ResponseHead>(&head_); }
   // HTTP status to answer a bad request with (400, 431, 501), and why.
   int error_status() const { return error_status_; }
   const std::string& error_reason() const { return error_reason_; }
@@ -67,6 +69,7 @@ class Http1Parser {
   static int OnHeadersComplete(llhttp_t* p);
   static int OnBodyCb(llhttp_t* p, const char* at, size_t len);
   static int OnMessageCompleteCb(llhttp_t* p);
+  static const llhttp_settings_t& Settings();
   int Fail(int status, const char* reason);
   // The byte `k` (1 or 2) positions before `at` in the stream, looking back into the previous
   // Execute call's data when needed.
@@ -78,9 +81,7 @@ class Http1Parser {
   Http1ParserCallbacks& callbacks_;
   Limits limits_;
   llhttp_t parser_;
-  llhttp_settings_t settings_;
-  RequestHead request_;
-  ResponseHead response_;
+  std::variant<RequestHead, ResponseHead> head_;
   std::string cur_name_;
   std::string cur_value_;
   bool in_value_ = false;

@@ -34,18 +34,17 @@ ServerConnection::ServerConnection(std::unique_ptr<Connection> conn,
       config_(std::move(config)),
       stats_(stats),
       factory_(factory),
-      peer_(peer),
       peer_ip_(peer.Ip()),
-      on_closed_(std::move(on_closed)),
-      parser_(Http1Parser::Type::kRequest, *this,
-              Http1Parser::Limits{config_->max_request_headers_kb * 1024,
-                                  config_->max_headers_count}) {
+      on_closed_(std::move(on_closed)) {
   conn_->SetCallbacks(this);
-  Dispatcher& d = conn_->dispatcher();
-  idle_timer_ = d.CreateTimer([this] {
-    // The timer stays armed while a stream runs (cheaper than disarming it per request).
-    if (stream_active_) return;
-    if (parser_.in_message()) {
+  // One timer serves two phases: without a stream it is the idle (or request headers) timeout,
+  // with one the stream idle timeout.
+  timer_ = conn_->dispatcher().CreateTimer([this] {
+    if (stream_active_) {
+      OnStreamIdleTimeout();
+      return;
+    }
+    if (parser_ && parser_->in_message()) {
       stats_.downstream_cx_headers_timeout.Inc();
       SendLocalReply(408, "request headers timeout\n", nullptr, "text/plain");
     } else {
@@ -53,20 +52,37 @@ ServerConnection::ServerConnection(std::unique_ptr<Connection> conn,
     }
     Close(true);
   });
-  stream_timer_ = d.CreateTimer([this] { OnStreamIdleTimeout(); });
-  request_timer_ = d.CreateTimer([this] {
-    if (!stream_active_ || request_complete_) return;
-    stats_.downstream_rq_timeout.Inc();
-    if (!response_started_) {
-      SendLocalReply(408, "request timeout\n", nullptr, "text/plain");
-    } else {
-      ResetStream();
-    }
-  });
-  resume_timer_ = d.CreateTimer([this] { ProcessInput(); });
-  if (config_->idle_timeout_ms) idle_timer_->Enable(config_->idle_timeout_ms);
+  if (config_->idle_timeout_ms) timer_->Enable(config_->idle_timeout_ms);
   stats_.downstream_cx_total.Inc();
   stats_.downstream_cx_active.Inc();
+}
+
+Http1Parser& ServerConnection::parser() {
+  if (!parser_) {
+    parser_ = std::make_unique<Http1Parser>(
+        Http1Parser::Type::kRequest, *this,
+        Http1Parser::Limits{config_->max_request_headers_kb * 1024, config_->max_headers_count});
+  }
+  return *parser_;
+}
+
+void ServerConnection::ReleaseParserIfIdle() {
+  // Between requests a keep-alive connection needs no parser: freeing it keeps idle connections
+  // small. Never from inside the parser (processing_), and only with nothing left to parse.
+  if (parser_ && !processing_ && !stream_active_ && !parser_->in_message() &&
+      conn_->read_buffer().empty()) {
+    parser_.reset();
+  }
+}
+
+void ServerConnection::OnRequestTimeout() {
+  if (!stream_active_ || request_complete_) return;
+  stats_.downstream_rq_timeout.Inc();
+  if (!response_started_) {
+    SendLocalReply(408, "request timeout\n", nullptr, "text/plain");
+  } else {
+    ResetStream();
+  }
 }
 
 ServerConnection::~ServerConnection() {
@@ -79,12 +95,12 @@ ServerConnection::~ServerConnection() {
 }
 
 void ServerConnection::OnData(Buffer&) {
-  if (!stream_active_ && config_->request_headers_timeout_ms && !parser_.in_message()) {
-    idle_timer_->Enable(config_->request_headers_timeout_ms);
+  if (!stream_active_ && config_->request_headers_timeout_ms && !(parser_ && parser_->in_message())) {
+    timer_->Enable(config_->request_headers_timeout_ms);
   } else if (!stream_active_ && config_->idle_timeout_ms && !config_->request_headers_timeout_ms) {
-    idle_timer_->Enable(config_->idle_timeout_ms);
+    timer_->Enable(config_->idle_timeout_ms);
   }
-  if (stream_active_ && stream_idle_ms_) stream_timer_->Enable(stream_idle_ms_);
+  if (stream_active_ && stream_idle_ms_) timer_->Enable(stream_idle_ms_);
   ProcessInput();
 }
 
@@ -102,11 +118,12 @@ void ServerConnection::ProcessInput() {
     }
     if (stream_active_ && request_complete_) break;  // next request waits for this response
     size_t consumed = 0;
-    Http1Parser::Result r = parser_.Execute(in.data(), in.size(), &consumed);
+    Http1Parser& parser = this->parser();
+    Http1Parser::Result r = parser.Execute(in.data(), in.size(), &consumed);
     if (closed_) break;
     if (r == Http1Parser::Result::kError) {
       stats_.downstream_cx_protocol_error.Inc();
-      RPX_LOG(kDebug, "downstream %s: bad request: %s", peer_.ToString(), parser_.error_reason());
+      RPX_LOG(kDebug, "downstream %s: bad request: %s", peer_ip_, parser.error_reason());
       in.Clear();
       if (stream_active_ && response_started_) {
         // A response is already on its way; it cannot be completed.
@@ -120,13 +137,13 @@ void ServerConnection::ProcessInput() {
         auto h = std::move(handler_);
         if (h) conn_->dispatcher().DeferredDelete(std::move(h));
         close_after_response_ = true;
-        SendLocalReply(parser_.error_status(), parser_.error_reason() + "\n", nullptr,
+        SendLocalReply(parser.error_status(), parser.error_reason() + "\n", nullptr,
                        "text/plain");
         if (stream_active_) EndStream();
         Close(true);
       } else {
         close_after_response_ = true;
-        SendLocalReply(parser_.error_status(), parser_.error_reason() + "\n", nullptr,
+        SendLocalReply(parser.error_status(), parser.error_reason() + "\n", nullptr,
                        "text/plain");
         Close(true);
       }
@@ -136,13 +153,14 @@ void ServerConnection::ProcessInput() {
     if (r == Http1Parser::Result::kPaused) {
       // A request ended. If its response is already done (local reply), go on to the next.
       if (!stream_active_) {
-        parser_.Resume();
+        parser.Resume();
         continue;
       }
       break;
     }
   }
   processing_ = false;
+  ReleaseParserIfIdle();
   UpdateReadDisable();
 }
 
@@ -155,7 +173,7 @@ void ServerConnection::UpdateReadDisable() {
 }
 
 void ServerConnection::OnHead() {
-  RequestHead& head = parser_.request();
+  RequestHead& head = parser_->request();
   stream_active_ = true;
   request_complete_ = false;
   response_started_ = false;
@@ -170,8 +188,15 @@ void ServerConnection::OnHead() {
   stats_.downstream_rq_total.Inc();
   stats_.downstream_rq_active.Inc();
   stream_idle_ms_ = config_->stream_idle_timeout_ms;
-  if (stream_idle_ms_) stream_timer_->Enable(stream_idle_ms_);
+  if (stream_idle_ms_) {
+    timer_->Enable(stream_idle_ms_);
+  } else {
+    timer_->Disable();
+  }
   if (config_->request_timeout_ms && request_has_body_) {
+    if (!request_timer_) {
+      request_timer_ = conn_->dispatcher().CreateTimer([this] { OnRequestTimeout(); });
+    }
     request_timer_->Enable(config_->request_timeout_ms);
   }
   handler_ = factory_.CreateStream(*this);
@@ -184,13 +209,13 @@ void ServerConnection::OnBody(const char* data, size_t len) {
 
 void ServerConnection::OnMessageComplete() {
   request_complete_ = true;
-  request_timer_->Disable();
+  if (request_timer_) request_timer_->Disable();
   if (handler_ && request_has_body_) handler_->OnRequestData(nullptr, 0, true);
 }
 
 void ServerConnection::EncodeHeaders(ResponseHead& head, bool end_stream) {
   if (closed_ || response_started_) return;
-  const RequestHead& req = parser_.request();
+  const RequestHead& req = parser_->request();
   if (head.status == 101) {
     if (!stream_active_ || req.upgrade.empty()) {
       // Only an upgrade request can be switched; anything else is a broken upstream exchange.
@@ -202,14 +227,14 @@ void ServerConnection::EncodeHeaders(ResponseHead& head, bool end_stream) {
     upgraded_ = true;
     stats_.downstream_cx_upgrades_total.Inc();
     stats_.downstream_cx_upgrades_active.Inc();
-    if (request_timer_->enabled()) request_timer_->Disable();
+    if (request_timer_) request_timer_->Disable();
     Buffer& out = conn_->write_buffer();
     AppendStatusLine(out, 101, head.reason);
     AppendHeaders(out, head.headers);  // the handler supplies Connection and Upgrade
     out.Append("\r\n", 2);
     conn_->ScheduleWrite();
     // Bytes the client sent after its request (the new protocol's first frames) are waiting.
-    if (!conn_->read_buffer().empty()) resume_timer_->Enable(0);
+    if (!conn_->read_buffer().empty()) ResumeSoon();
     if (end_stream) EndResponse();
     return;
   }
@@ -260,7 +285,7 @@ void ServerConnection::EncodeHeaders(ResponseHead& head, bool end_stream) {
 
 void ServerConnection::EncodeData(const char* data, size_t len, bool end_stream) {
   if (closed_) return;
-  if (stream_idle_ms_ && len) stream_timer_->Enable(stream_idle_ms_);
+  if (stream_idle_ms_ && len) timer_->Enable(stream_idle_ms_);
   if (!response_no_body_ && len > 0 && !response_chunked_ && !end_stream) {
     conn_->WriteThrough(data, len);  // large bodies stream through without piling up here
     return;
@@ -333,6 +358,13 @@ void ServerConnection::SendLocalReply(int status, std::string_view body,
   if (!body.empty() && !response_no_body_ && !closed_) EncodeData(body.data(), body.size(), true);
 }
 
+void ServerConnection::ResumeSoon() {
+  // Outside the upstream's callbacks, so the upstream connection that just finished is back in
+  // its pool before the next request looks for one.
+  if (!resume_timer_) resume_timer_ = conn_->dispatcher().CreateTimer([this] { ProcessInput(); });
+  resume_timer_->Enable(0);
+}
+
 void ServerConnection::CountStatus(int status) {
   if (status < 200) {
     stats_.downstream_rq_1xx.Inc();
@@ -358,8 +390,7 @@ void ServerConnection::EndStream() {
   stream_active_ = false;
   stats_.downstream_rq_active.Dec();
   EndUpgrade();
-  // stream_timer_ stays armed; its callback ignores a connection without a stream.
-  if (request_timer_->enabled()) request_timer_->Disable();
+  if (request_timer_) request_timer_->Disable();
   if (handler_) conn_->dispatcher().DeferredDelete(std::move(handler_));
   upstream_backpressure_ = false;
 }
@@ -372,13 +403,18 @@ void ServerConnection::EndResponse() {
     Close(true);
     return;
   }
-  parser_.Resume();
+  parser_->Resume();
   request_complete_ = false;
   response_started_ = false;
-  if (config_->idle_timeout_ms) idle_timer_->Enable(config_->idle_timeout_ms);
+  if (config_->idle_timeout_ms) {
+    timer_->Enable(config_->idle_timeout_ms);
+  } else {
+    timer_->Disable();
+  }
   UpdateReadDisable();
   // Pipelined requests may already be buffered.
-  if (!conn_->read_buffer().empty() && !processing_) resume_timer_->Enable(0);
+  if (!conn_->read_buffer().empty() && !processing_) ResumeSoon();
+  ReleaseParserIfIdle();
 }
 
 void ServerConnection::ResetStream() {
@@ -408,16 +444,16 @@ Connection* ServerConnection::SpliceTarget() {
 }
 
 void ServerConnection::OnDataSpliced(uint64_t bytes) {
-  if (stream_idle_ms_ && bytes) stream_timer_->Enable(stream_idle_ms_);
+  if (stream_idle_ms_ && bytes) timer_->Enable(stream_idle_ms_);
 }
 
 void ServerConnection::SetStreamIdleTimeout(uint64_t ms) {
   stream_idle_ms_ = ms;
   if (!stream_active_) return;
   if (ms) {
-    stream_timer_->Enable(ms);
+    timer_->Enable(ms);
   } else {
-    stream_timer_->Disable();
+    timer_->Disable();
   }
 }
 
@@ -446,10 +482,9 @@ void ServerConnection::Close(bool flush) {
   closed_ = true;
   stream_was_active_at_close_ = stream_active_ || request_has_body_;
   stats_.downstream_cx_active.Dec();
-  idle_timer_->Disable();
-  stream_timer_->Disable();
-  request_timer_->Disable();
-  resume_timer_->Disable();
+  timer_->Disable();
+  if (request_timer_) request_timer_->Disable();
+  if (resume_timer_) resume_timer_->Disable();
   if (stream_active_) {
     stream_active_ = false;
     stats_.downstream_rq_active.Dec();

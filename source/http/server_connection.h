@@ -51,7 +51,6 @@ class ServerConnection : public ConnectionCallbacks,
   Connection* SpliceTarget() override;
   void OnDataSpliced(uint64_t bytes) override;
   bool response_started() const override { return response_started_; }
-  const SocketAddress& remote_address() const override { return peer_; }
   const std::string& remote_ip() const override { return peer_ip_; }
   bool is_tls() const override { return false; }
 
@@ -64,22 +63,25 @@ class ServerConnection : public ConnectionCallbacks,
   void CountStatus(int status);
   void UpdateReadDisable();
   void EndUpgrade();
+  Http1Parser& parser();  // created when a request starts
+  void ReleaseParserIfIdle();
+  void OnRequestTimeout();
+  void ResumeSoon();
 
   std::unique_ptr<Connection> conn_;
   std::shared_ptr<const HttpConfig> config_;
   HttpStats& stats_;
   StreamHandlerFactory& factory_;
-  SocketAddress peer_;
   std::string peer_ip_;  // formatted once: every request's x-forwarded-for uses it
   std::function<void(ServerConnection*)> on_closed_;
-  Http1Parser parser_;
+  // Only while a request is being read or served (or bytes wait): an idle keep-alive connection
+  // holds no parser (see ReleaseParserIfIdle).
+  std::unique_ptr<Http1Parser> parser_;
   std::unique_ptr<StreamHandler> handler_;
-  std::unique_ptr<Timer> idle_timer_;    // connection idle, or request headers timeout
-  std::unique_ptr<Timer> stream_timer_;  // stream idle timeout
-  std::unique_ptr<Timer> request_timer_; // request_timeout
-  // Resumes buffered (pipelined) requests after a response, outside the upstream's callbacks, so
-  // the upstream connection that just finished is back in its pool first.
-  std::unique_ptr<Timer> resume_timer_;
+  // Idle / request headers timeout without a stream; stream idle timeout with one.
+  std::unique_ptr<Timer> timer_;
+  std::unique_ptr<Timer> request_timer_;  // request_timeout; created when first needed
+  std::unique_ptr<Timer> resume_timer_;   // see ResumeSoon; created when first needed
   bool stream_active_ = false;
   bool request_complete_ = false;
   bool request_has_body_ = false;

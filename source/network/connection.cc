@@ -20,6 +20,11 @@ constexpr size_t kMaxReadPerEvent = 256 * 1024;
 constexpr uint64_t kLingerMs = 5000;
 }  // namespace
 
+RawTransport& RawTransport::Instance() {
+  static RawTransport* raw = new RawTransport();
+  return *raw;
+}
+
 ssize_t RawTransport::Read(int fd, char* buf, size_t len) {
   ssize_t n = ::read(fd, buf, len);
   return n >= 0 ? n : -errno;
@@ -37,7 +42,7 @@ Connection::Connection(Dispatcher& dispatcher, int fd, bool connecting, uint32_t
       state_(connecting ? State::kConnecting : State::kOpen),
       high_watermark_(buffer_limit ? buffer_limit : 1024 * 1024),
       low_watermark_(high_watermark_ / 2),
-      transport_(new RawTransport()) {
+      transport_(&RawTransport::Instance()) {
   int one = 1;
   setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   file_event_ = dispatcher_.CreateFileEvent(

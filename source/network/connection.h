@@ -40,6 +40,7 @@ class TransportSocket {
 
 class RawTransport : public TransportSocket {
  public:
+  static RawTransport& Instance();  // stateless: one for every plaintext connection
   ssize_t Read(int fd, char* buf, size_t len) override;
   ssize_t Write(int fd, const char* buf, size_t len) override;
 };
@@ -130,7 +131,8 @@ class Connection : public DeferredDeletable, public Flushable {
   bool read_disabled_ = false;
   bool flush_scheduled_ = false;
   ConnectionCallbacks* callbacks_ = nullptr;
-  std::unique_ptr<TransportSocket> transport_;
+  // RawTransport's shared instance (it has no state); TLS will own a per-connection one.
+  TransportSocket* transport_;
   bool plaintext_ = true;  // bytes on the socket are the bytes of the stream (RawTransport)
   SpliceHandler* splice_source_ = nullptr;
   SpliceHandler* splice_sink_ = nullptr;

@@ -113,34 +113,26 @@ uint64_t SteadyMs() {
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
-
-// Holds one slot of a listener's connection limit for as long as the connection exists.
-struct LimitSlot {
-  std::shared_ptr<const ConnectionLimit> limit;
-  ~LimitSlot() {
-    if (limit) limit->Release();
-  }
-};
 }  // namespace
 
 void Worker::OnAccept(ActiveListener& l, int fd, const SocketAddress& peer) {
-  auto slot = std::make_shared<LimitSlot>();
+  LimitSlot slot;
   if (l.config->connection_limit) {
     if (!l.config->connection_limit->TryAcquire()) {
       Reject(fd, l.config->connection_limit->delay_ms);
       return;
     }
-    slot->limit = l.config->connection_limit;
+    slot = LimitSlot(l.config->connection_limit);
   }
   auto conn = std::make_unique<Connection>(dispatcher_, fd, false, l.config->buffer_limit);
   ActiveListener* lp = &l;
-  // The slot is released when the ServerConnection (which owns this callback) is destroyed.
+  // Two pointers: the callback fits std::function's inline storage (no allocation per connection).
   auto sc = std::make_unique<ServerConnection>(
       std::move(conn), l.config->http, StatsFor(*l.config), *l.router, peer,
-      [this, lp, slot](ServerConnection* c) {
+      [this, lp](ServerConnection* c) {
         auto it = lp->connections.find(c);
         if (it == lp->connections.end()) return;
-        dispatcher_.DeferredDelete(std::move(it->second));
+        dispatcher_.DeferredDelete(std::move(it->second.connection));
         lp->connections.erase(it);
         // A draining listener with no connections left is freed (after this callback returns).
         if (lp->connections.empty() && !lp->listener) {
@@ -148,7 +140,7 @@ void Worker::OnAccept(ActiveListener& l, int fd, const SocketAddress& peer) {
         }
       });
   ServerConnection* raw = sc.get();
-  l.connections.emplace(raw, std::move(sc));
+  l.connections.emplace(raw, OpenConnection{std::move(sc), std::move(slot)});
 }
 
 void Worker::Reject(int fd, uint64_t delay_ms) {

@@ -52,11 +52,34 @@ class Worker {
   Dispatcher& dispatcher() { return dispatcher_; }
 
  private:
+  // One slot of a listener's connection limit, given back when destroyed (the connection's entry
+  // leaves the listener's map).
+  class LimitSlot {
+   public:
+    LimitSlot() = default;
+    explicit LimitSlot(std::shared_ptr<const ConnectionLimit> limit) : limit_(std::move(limit)) {}
+    LimitSlot(LimitSlot&&) = default;
+    LimitSlot& operator=(LimitSlot&& o) {
+      if (limit_) limit_->Release();
+      limit_ = std::move(o.limit_);
+      return *this;
+    }
+    ~LimitSlot() {
+      if (limit_) limit_->Release();
+    }
+
+   private:
+    std::shared_ptr<const ConnectionLimit> limit_;
+  };
+  struct OpenConnection {
+    std::unique_ptr<ServerConnection> connection;
+    LimitSlot slot;
+  };
   struct ActiveListener {
     std::shared_ptr<const ListenerConfig> config;
     std::unique_ptr<Listener> listener;
     std::unique_ptr<Router> router;
-    absl::flat_hash_map<ServerConnection*, std::unique_ptr<ServerConnection>> connections;
+    absl::flat_hash_map<ServerConnection*, OpenConnection> connections;
     std::unique_ptr<Timer> drain_timer;
   };
   void AddListenerNow(std::shared_ptr<const ListenerConfig> config, int fd);
