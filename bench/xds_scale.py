@@ -82,6 +82,7 @@ def main():
     ap.add_argument("--updates", type=int, default=20)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--delta", action="store_true")
+    ap.add_argument("--log-level", default="warn", help="rpx -l (debug shows decode/check/build times)")
     ap.add_argument("--rpx", default=os.path.join(ROOT, "bazel-bin/source/exe/rpx"))
     ap.add_argument("--xds-server", default=os.path.join(ROOT, "bazel-bin/tools/xds_server/xds_server"))
     args = ap.parse_args()
@@ -127,7 +128,7 @@ static_resources:
     cp_log = open(os.path.join(tmp, "cp.log"), "w+")
     cp = subprocess.Popen([args.xds_server, "--port", str(xds_port), "--dir", res, "--poll-ms", "20"],
                           stdout=cp_log, stderr=subprocess.STDOUT)
-    rpx = subprocess.Popen([args.rpx, "-c", boot, "--concurrency", str(args.workers), "-l", "warn"],
+    rpx = subprocess.Popen([args.rpx, "-c", boot, "--concurrency", str(args.workers), "-l", args.log_level],
                            env=dict(os.environ))
     try:
         def ready():

@@ -89,7 +89,6 @@ class ConfigManager : public XdsApplier {
   };
   struct Routes {
     std::string bytes;
-    envoy::config::route::v3::RouteConfiguration proto;
     std::shared_ptr<const RouteTable> table;
     std::string version;
     int64_t updated_ms = 0;
@@ -134,6 +133,7 @@ class ConfigManager : public XdsApplier {
   // Replaced route tables stay referenced here until every worker has switched, so the last
   // reference (and the cost of freeing a large table) falls on the main thread, not a worker.
   std::vector<std::shared_ptr<const RouteTable>> retired_tables_;
+  envoy::config::route::v3::RouteConfiguration route_scratch_;  // see ApplyRoutes
 };
 
 }  // namespace rpx
