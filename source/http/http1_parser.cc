@@ -258,7 +258,10 @@ int Http1Parser::OnHeadersComplete(llhttp_t* p) {
   r.has_content_length = has_cl && !chunked;
   r.content_length = r.has_content_length ? p->content_length : 0;
   self->callbacks_.OnHead();
-  if (r.status >= 100 && r.status < 200) return 0;
+  // 1xx, 204 and 304 never have a body, whatever Content-Length or Transfer-Encoding say (a 304
+  // carries the representation's length); llhttp leaves that rule to the caller. Nor does the
+  // answer to a HEAD request.
+  if (r.status < 200 || r.status == 204 || r.status == 304) return 1;
   return self->expect_no_body_ ? 1 : 0;
 }
 

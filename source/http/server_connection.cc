@@ -323,7 +323,9 @@ void ServerConnection::SendLocalReply(int status, std::string_view body,
     ResetStream();
     return;
   }
-  // 1xx, 204 and 304 carry no body (a direct_response may configure one anyway).
+  // A 1xx head is interim: as the answer it would leave the client waiting for another.
+  if (status < 200) status = 500;
+  // 204 and 304 carry no body (a direct_response may configure one anyway).
   if (StatusHasNoBody(status)) body = {};
   bool had_stream = stream_active_;
   if (!had_stream) {

@@ -309,8 +309,9 @@ absl::Status BuildAction(const Route& route, const FieldPath& path, RouteEntry* 
     case Route::kDirectResponse: {
       const auto& d = route.direct_response();
       r->action = RouteEntry::Action::kDirectResponse;
-      if (d.status() < 100 || d.status() > 599) {
-        return Err(path.str() + ".direct_response.status", "must be within [100, 599]");
+      // Envoy's range: a 1xx is not a response, and a client would wait for the real one.
+      if (d.status() < 200 || d.status() > 599) {
+        return Err(path.str() + ".direct_response.status", "must be within [200, 599]");
       }
       r->direct_status = d.status();
       if (d.has_body()) {

@@ -420,6 +420,11 @@ virtual_hosts: [{name: v, domains: ["*"], routes: []}, {name: v, domains: ["a"],
 virtual_hosts: [{name: v, domains: ["*"], routes: [{match: {prefix: "/"}, direct_response: {status: 700}}]}]
 )").find("direct_response.status"),
             std::string::npos);
+  // A 1xx is not an answer: the client would wait for another (a fuzzer finding).
+  EXPECT_NE(BuildError(R"(
+virtual_hosts: [{name: v, domains: ["*"], routes: [{match: {prefix: "/"}, direct_response: {status: 100}}]}]
+)").find("direct_response.status: must be within [200, 599]"),
+            std::string::npos);
   EXPECT_NE(BuildError(R"(
 virtual_hosts: [{name: v, domains: ["*"], request_headers_to_add: [{header: {key: x, value: "%START_TIME%"}}], routes: []}]
 )").find("formatters"),
