@@ -8,7 +8,10 @@
 #   DURATION=10s      wrk duration of one measurement (wrk syntax: 10s, 1m)
 #   WARMUP=1s         unmeasured wrk run before each measurement (0 = none)
 #   ROWS="..."        subset of rows, default: 30B-c50 30B-c200 30B-c400 30B-c1000 16KB-c50 4MiB-c10
-#   PROXIES="..."     subset of proxies, default: rpx nginx nginx-best haproxy
+#                     close-c200 (30 B, every request on a new connection: Connection: close)
+#   PROXIES="..."     subset of proxies, default: rpx nginx nginx-best haproxy; also available:
+#                     rpx-10kvh (10,000 more virtual hosts in the table), rpx-2w (2 workers on both
+#                     CPUs, the second shared with wrk and the origin)
 #   DIRECT=1          also run the "direct to origin" baseline for 4MiB-c10 (0 = skip)
 #   DIRECT_WRK_CPU=1  CPU for wrk in the direct row (1 = shares the origin's CPU, as in proxied rows;
 #                     0 = the CPU the proxy would use, so wrk and origin each get one)
@@ -40,7 +43,7 @@ done
 RUNS=${RUNS:-3}
 DURATION=${DURATION:-10s}
 WARMUP=${WARMUP:-1s}
-ALL_ROWS="30B-c50 30B-c200 30B-c400 30B-c1000 16KB-c50 4MiB-c10"
+ALL_ROWS="30B-c50 30B-c200 30B-c400 30B-c1000 16KB-c50 4MiB-c10 close-c200"
 ROWS=${ROWS:-$ALL_ROWS}
 ALL_PROXIES="rpx nginx nginx-best haproxy"
 PROXIES=${PROXIES:-$ALL_PROXIES}
@@ -55,14 +58,18 @@ OUT_DIR=${OUT_DIR:-$HERE/results}
 KEEP_TMP=${KEEP_TMP:-0}
 
 declare -A ROW_PATH=([30B-c50]=/small.txt [30B-c200]=/small.txt [30B-c400]=/small.txt [30B-c1000]=/small.txt
-                     [16KB-c50]=/page.html [4MiB-c10]=/big.bin)
-declare -A ROW_CONNS=([30B-c50]=50 [30B-c200]=200 [30B-c400]=400 [30B-c1000]=1000 [16KB-c50]=50 [4MiB-c10]=10)
+                     [16KB-c50]=/page.html [4MiB-c10]=/big.bin [close-c200]=/small.txt)
+declare -A ROW_CONNS=([30B-c50]=50 [30B-c200]=200 [30B-c400]=400 [30B-c1000]=1000 [16KB-c50]=50 [4MiB-c10]=10
+                      [close-c200]=200)
+# Extra request header of a row (wrk -H).
+declare -A ROW_HDR=([close-c200]="Connection: close")
 
 log() { echo "[bench $(date +%H:%M:%S)] $*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
 for r in $ROWS; do [ -n "${ROW_PATH[$r]+x}" ] || die "unknown row '$r' (known: $ALL_ROWS)"; done
-for p in $PROXIES; do case " $ALL_PROXIES " in *" $p "*) ;; *) die "unknown proxy '$p' (known: $ALL_PROXIES)";; esac; done
+KNOWN_PROXIES="$ALL_PROXIES rpx-10kvh rpx-2w"
+for p in $PROXIES; do case " $KNOWN_PROXIES " in *" $p "*) ;; *) die "unknown proxy '$p' (known: $KNOWN_PROXIES)";; esac; done
 [[ "$RUNS" =~ ^[1-9][0-9]*$ ]] || die "RUNS must be a positive integer"
 
 # "10s" / "1m" / "500ms" / "7" -> whole seconds, rounded up (only used for timeouts)
@@ -301,7 +308,9 @@ backend origin
 EOF
 }
 
-write_rpx_conf() {  # $1 dir $2 port $3 admin-port
+write_rpx_conf() {  # $1 dir $2 port $3 admin-port [$4 = extra virtual hosts before the matching one]
+  local extra=${4:-0} target='["*"]'
+  if [ "$extra" -gt 0 ]; then target='["127.0.0.1"]'; fi  # wrk's Host, matched exactly
   cat >"$1/bootstrap.yaml" <<EOF
 admin:
   address:
@@ -325,8 +334,9 @@ static_resources:
           route_config:
             name: local_route
             virtual_hosts:
+$(awk -v n="$extra" 'BEGIN { for (i = 0; i < n; i++) printf "            - {name: vh%d, domains: [\"vh%d.example.com\", \"*.vh%d.example.net\"], routes: [{match: {prefix: \"/\"}, route: {cluster: origin}}]}\n", i, i, i }')
             - name: origin
-              domains: ["*"]
+              domains: $target
               routes:
               - match:
                   prefix: "/"
@@ -471,15 +481,18 @@ start_proxy() {  # $1 name; sets PROXY_PID, PROXY_PORT; returns 1 if it cannot b
   mkdir -p "$dir"
   pick_port PROXY_PORT
   case "$name" in
-    rpx)
+    rpx|rpx-10kvh|rpx-2w)
       if [ ! -x "$RPX_BIN" ]; then
         log "SKIP rpx: RPX_BIN=$RPX_BIN is not an executable file (build rpx first, or set RPX_BIN)"
         return 1
       fi
       pick_port admin
-      write_rpx_conf "$dir" "$PROXY_PORT" "$admin"
+      local vhosts=0 workers=1 cpus=0
+      if [ "$name" = rpx-10kvh ]; then vhosts=10000; fi  # 10,000 other virtual hosts in the table
+      if [ "$name" = rpx-2w ]; then workers=2; cpus=0,1; fi  # the second shares wrk's CPU
+      write_rpx_conf "$dir" "$PROXY_PORT" "$admin" "$vhosts"
       # shellcheck disable=SC2086
-      taskset -c 0 "$RPX_BIN" -c "$dir/bootstrap.yaml" --concurrency 1 -l warn $RPX_ARGS \
+      taskset -c "$cpus" "$RPX_BIN" -c "$dir/bootstrap.yaml" --concurrency "$workers" -l warn $RPX_ARGS \
         >"$dir/stdout.log" 2>&1 &
       ;;
     nginx|nginx-best)
@@ -516,10 +529,12 @@ start_proxy() {  # $1 name; sets PROXY_PID, PROXY_PORT; returns 1 if it cannot b
 }
 
 WRK_CPU=1
-run_wrk() {  # $1 conns $2 duration $3 url $4 outfile ; wrk on CPU $WRK_CPU, bounded in time
+run_wrk() {  # $1 conns $2 duration $3 url $4 outfile [$5 header] ; wrk on CPU $WRK_CPU, bounded in time
   local secs; secs=$(to_secs "$2")
+  local hdr=()
+  if [ -n "${5:-}" ]; then hdr=(-H "$5"); fi
   # In the background + wait, so that a signal to this script runs the cleanup trap at once.
-  taskset -c "$WRK_CPU" timeout -k 5 $(( secs + 60 )) wrk -t1 -c "$1" -d "$2" --timeout 10s --latency "$3" >"$4" 2>&1 &
+  taskset -c "$WRK_CPU" timeout -k 5 $(( secs + 60 )) wrk -t1 -c "$1" -d "$2" --timeout 10s --latency "${hdr[@]}" "$3" >"$4" 2>&1 &
   local pid=$!
   STARTED_PIDS+=("$pid")
   wait "$pid" || true
@@ -553,12 +568,13 @@ measure() {
   local name=$1 row=$2 run=$3 port=$4 pid=$5
   local conns=${ROW_CONNS[$row]} url="http://127.0.0.1:$4${ROW_PATH[$row]}"
   local out="$RAW/wrk.$name.$row.run$run.txt" twb="$TMP/tw.before" twa="$TMP/tw.after"
-  if [ "$WARMUP_S" -gt 0 ]; then run_wrk "$conns" "$WARMUP" "$url" "$RAW/wrk.$name.$row.run$run.warmup.txt"; fi
+  local hdr=${ROW_HDR[$row]:-}
+  if [ "$WARMUP_S" -gt 0 ]; then run_wrk "$conns" "$WARMUP" "$url" "$RAW/wrk.$name.$row.run$run.warmup.txt" "$hdr"; fi
   tw_snapshot >"$twb"
   local t0 t1; t0=$(date +%s%N)
   local c0 o0 c1 o1 m0 m1 k0 k1 w0 w1
   c0=$(cpu_ticks "$pid"); o0=$(cpu_ticks "$ORIGIN_PID"); children_ticks k0; m0=$(machine_busy_ticks); w0=$(date +%s%N)
-  run_wrk "$conns" "$DURATION" "$url" "$out"
+  run_wrk "$conns" "$DURATION" "$url" "$out" "$hdr"
   m1=$(machine_busy_ticks); w1=$(date +%s%N); c1=$(cpu_ticks "$pid"); o1=$(cpu_ticks "$ORIGIN_PID"); children_ticks k1
   # CPU used by anything else on the machine during the run, in % of one CPU (a build, a
   # compiler...). A few % is kernel work not charged to any process; more means noisy numbers.
