@@ -8,7 +8,6 @@ client does not read (the upstream's sent-byte count stalls too), its RSS must s
 body size, and the client must receive every block, in order, intact.
 """
 
-import os
 import select
 import socket
 import struct
