@@ -76,8 +76,11 @@ class ResponseRecorder : public Http1ParserCallbacks {
     no_body_ = status_no_body_ || expect_no_body_;
     // Finding 5: llhttp 8.1 reads a Content-Length or chunked body after a 1xx, 204 or 304 head
     // (it leaves skipping it to the caller, which only does so for HEAD answers).
-    body_checked_ = !(status_no_body_ && !expect_no_body_ && !KnownBugsEnabled());
+    // expect_no_body skips the body of a final head only.
+    bool skipped = expect_no_body_ && !(r.status >= 100 && r.status < 200);
+    body_checked_ = KnownBugsEnabled() || !status_no_body_ || skipped;
     has_content_length_ = r.has_content_length;
+    chunked_ = r.chunked;
     content_length_ = r.content_length;
   }
 
@@ -100,6 +103,8 @@ class ResponseRecorder : public Http1ParserCallbacks {
     ++completions;
   }
 
+  // The last head had neither Content-Length nor chunked.
+  bool head_unframed() const { return !has_content_length_ && !chunked_; }
   // The last head was 1xx, 204 or 304: its message ends with the head.
   bool status_no_body() const { return status_no_body_; }
   // A final response's head was parsed and its message has not ended.
@@ -119,6 +124,7 @@ class ResponseRecorder : public Http1ParserCallbacks {
   bool no_body_ = false;
   bool body_checked_ = true;
   bool has_content_length_ = false;
+  bool chunked_ = false;
   uint64_t content_length_ = 0;
 };
 
@@ -182,10 +188,11 @@ Transcript ParseResponses(const uint8_t* data, size_t size, const std::vector<si
   }
   if (!rec.transcript.error) {
     // EOF. UpstreamClient calls Finish() when the parser is in a message that needs EOF; it must
-    // cleanly end a close-delimited body (a head without Content-Length or chunked). Elsewhere,
-    // e.g. in the middle of a head, it fails, as a 502.
-    bool close_delimited =
-        parser.in_message() && parser.message_needs_eof() && rec.in_final_head_body();
+    // cleanly end a close-delimited body (a head without Content-Length or chunked). Elsewhere it
+    // fails, as a 502: in the middle of a head, or in chunked trailers (where a Transfer-Encoding
+    // trailer makes llhttp's message_needs_eof() true).
+    bool close_delimited = parser.in_message() && parser.message_needs_eof() &&
+                           rec.in_final_head_body() && rec.head_unframed();
     int before = rec.completions;
     Http1Parser::Result r = parser.Finish();
     rec.transcript.finish = static_cast<int>(r);
