@@ -65,7 +65,7 @@ inline std::vector<size_t> SplitPoints(size_t size, Choices& c, size_t max_cuts)
   return cuts;
 }
 
-// Source bugs the fuzzers found that are not fixed yet (test/fuzz/README.md, "Findings"): their
+// For source bugs found and reported but not fixed yet (test/fuzz/README.md, "Findings"): their
 // invariants are only checked with RPX_FUZZ_KNOWN_BUGS=1, so that fuzzing can go on past them
 // and the corpus replay stays green until the fix lands.
 inline bool KnownBugsEnabled() {

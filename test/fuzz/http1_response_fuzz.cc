@@ -74,11 +74,6 @@ class ResponseRecorder : public Http1ParserCallbacks {
     interim_ = Interim(r.status);
     status_no_body_ = (r.status >= 100 && r.status < 200) || r.status == 204 || r.status == 304;
     no_body_ = status_no_body_ || expect_no_body_;
-    // Finding 5: llhttp 8.1 reads a Content-Length or chunked body after a 1xx, 204 or 304 head
-    // (it leaves skipping it to the caller, which only does so for HEAD answers).
-    // expect_no_body skips the body of a final head only.
-    bool skipped = expect_no_body_ && !(r.status >= 100 && r.status < 200);
-    body_checked_ = KnownBugsEnabled() || !status_no_body_ || skipped;
     has_content_length_ = r.has_content_length;
     chunked_ = r.chunked;
     content_length_ = r.content_length;
@@ -87,7 +82,7 @@ class ResponseRecorder : public Http1ParserCallbacks {
   void OnBody(const char* data, size_t len) override {
     FUZZ_CHECK(!transcript.messages.empty() && !transcript.messages.back().complete);
     FUZZ_CHECK(len > 0 && data != nullptr);
-    if (body_checked_) FUZZ_CHECK(!no_body_);
+    FUZZ_CHECK(!no_body_);
     std::string& body = transcript.messages.back().body;
     body.append(data, len);
     if (has_content_length_) FUZZ_CHECK(body.size() <= content_length_);
@@ -98,7 +93,7 @@ class ResponseRecorder : public Http1ParserCallbacks {
     FUZZ_CHECK(!interim_);  // interim responses are not reported as complete
     Message& m = transcript.messages.back();
     if (has_content_length_ && !no_body_) FUZZ_CHECK(m.body.size() == content_length_);
-    if (no_body_ && body_checked_) FUZZ_CHECK(m.body.empty());
+    if (no_body_) FUZZ_CHECK(m.body.empty());
     m.complete = true;
     ++completions;
   }
@@ -122,7 +117,6 @@ class ResponseRecorder : public Http1ParserCallbacks {
   bool interim_ = false;
   bool status_no_body_ = false;
   bool no_body_ = false;
-  bool body_checked_ = true;
   bool has_content_length_ = false;
   bool chunked_ = false;
   uint64_t content_length_ = 0;
@@ -183,9 +177,8 @@ Transcript ParseResponses(const uint8_t* data, size_t size, const std::vector<si
       parser.Resume();
     }
   }
-  if (KnownBugsEnabled() && rec.in_final_head_body()) {
-    FUZZ_CHECK(!rec.status_no_body());  // finding 5: a 304 with Content-Length waits for a body
-  }
+  // A 1xx, 204 or 304 head ends its message (a 304 with Content-Length must not wait for a body).
+  if (rec.in_final_head_body()) FUZZ_CHECK(!rec.status_no_body());
   if (!rec.transcript.error) {
     // EOF. UpstreamClient calls Finish() when the parser is in a message that needs EOF; it must
     // cleanly end a close-delimited body (a head without Content-Length or chunked). Elsewhere it
