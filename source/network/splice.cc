@@ -172,11 +172,7 @@ bool Splicer::FillPipe() {
       continue;
     }
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) break;
-    pumping_ = false;
-    destroyed_ = nullptr;
-    Fail(n == 0 ? absl::StrCat("upstream closed the connection with ", to_read_,
-                               " body bytes still to come")
-                : absl::StrCat("reading the upstream failed: ", std::strerror(errno)));
+    FailReading(n);
     return false;
   }
   if (to_read_ > 0 && in_pipe_ >= pipe_size_ && source_) {
@@ -185,15 +181,19 @@ bool Splicer::FillPipe() {
     char c;
     ssize_t n = ::recv(source_->fd(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-      pumping_ = false;
-      destroyed_ = nullptr;
-      Fail(n == 0 ? absl::StrCat("upstream closed the connection with ", to_read_,
-                                 " body bytes still to come")
-                  : absl::StrCat("reading the upstream failed: ", std::strerror(errno)));
+      FailReading(n);
       return false;
     }
   }
   return true;
+}
+
+void Splicer::FailReading(ssize_t n) {
+  pumping_ = false;
+  destroyed_ = nullptr;
+  Fail(n == 0 ? absl::StrCat("upstream closed the connection with ", to_read_,
+                             " body bytes still to come")
+              : absl::StrCat("reading the upstream failed: ", std::strerror(errno)));
 }
 
 bool Splicer::DrainPipe() {

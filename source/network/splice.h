@@ -58,6 +58,7 @@ class Splicer : public SpliceHandler {
   bool FillPipe();   // false: failed (callback made)
   bool DrainPipe();  // false: failed (callback made)
   void Fail(const std::string& detail);
+  void FailReading(ssize_t n);  // the source read returned `n` (0: EOF, <0: errno is set)
   void Detach();
 
   Connection* source_;
