@@ -15,8 +15,8 @@ import time
 import unittest
 
 from harness import (XDS_TYPE_URLS, IntegrationTestCase, curl, eds_cluster, free_port,
-                     load_assignment, rds_listener, route, route_configuration, virtual_host,
-                     wait_until, xds_bootstrap)
+                     http_request, load_assignment, rds_listener, route, route_configuration,
+                     virtual_host, wait_until, xds_bootstrap)
 
 CONFIG_FILE = "config.yaml"
 NODE = "test-node"
@@ -43,6 +43,10 @@ def by_name(items, name):
         if item["name"] == name:
             return item
     return None
+
+
+CONNECTION_LIMIT_TYPE = ("type.googleapis.com/envoy.extensions.filters.network."
+                         "connection_limit.v3.ConnectionLimit")
 
 
 class XdsTests(object):
@@ -341,6 +345,41 @@ class XdsTests(object):
         dump = by_name(self.proxy.config_dump()["listeners"], "main")
         self.assertEqual(dump["state"], "active")
         self.assertEqual(dump["config"]["address"]["socket_address"]["port_value"], new_port)
+
+    def test_connection_limit_counts_across_a_listener_update(self):
+        # A listener with envoy.filters.network.connection_limit, updated over LDS while
+        # connections are open: the connections accepted under the old version keep counting.
+        self.start_all(("A",))
+
+        def capped(stat_prefix):
+            l = rds_listener("main", self.port, MAIN_ROUTES, stat_prefix=stat_prefix)
+            l["filter_chains"][0]["filters"].insert(0, {
+                "name": "envoy.filters.network.connection_limit",
+                "typed_config": {"@type": CONNECTION_LIMIT_TYPE, "stat_prefix": "cap",
+                                 "max_connections": 2}})
+            return l
+
+        mark = self.update(listeners=[capped("main")])
+        self.wait_ack("LDS", mark)
+        clients = [self.raw_client(self.port) for _ in range(2)]
+        for c in clients:
+            c.send(http_request("GET", "/one"))
+            self.assertEqual(c.read_response().status, 200)
+        mark = self.update(listeners=[capped("main_v2")])  # a new version, same address
+        self.wait_ack("LDS", mark)
+        self.proxy.wait_stat("connection_limit.cap.active_connections", lambda v: v == 2)
+        extra = socket.create_connection(("127.0.0.1", self.port), timeout=10)
+        self.addCleanup(extra.close)
+        try:
+            extra.sendall(http_request("GET", "/refused"))
+            refused = extra.recv(1024) == b""
+        except (ConnectionResetError, BrokenPipeError):
+            refused = True
+        self.assertTrue(refused, "a third connection was served over a cap of 2")
+        self.assertEqual(self.proxy.stat("connection_limit.cap.limited_connections"), 1)
+        for c in clients:  # the open ones are unaffected
+            c.send(http_request("GET", "/two"))
+            self.assertEqual(c.read_response().status, 200)
 
     # -- 7
     def test_listener_without_routes_serves_404_after_initial_fetch_timeout(self):
