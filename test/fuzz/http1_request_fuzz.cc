@@ -24,6 +24,7 @@
 #include "source/http/http1_parser.h"
 #include "source/http/server_connection.h"
 #include "test/fuzz/fuzz_common.h"
+#include "test/fuzz/http1_feed.h"
 
 namespace rpx {
 namespace fuzz {
@@ -122,44 +123,8 @@ Transcript ParseRequests(const uint8_t* data, size_t size, const std::vector<siz
   RequestRecorder rec(limits);
   Http1Parser parser(Http1Parser::Type::kRequest, rec, limits);
   rec.set_parser(&parser);
-  std::string pending;
-  size_t start = 0;
-  for (size_t i = 0; i <= cuts.size() && !rec.transcript.error; ++i) {
-    size_t end = i < cuts.size() ? cuts[i] : size;
-    pending.append(reinterpret_cast<const char*>(data) + start, end - start);
-    start = end;
-    int idle_pauses = 0;
-    while (!pending.empty()) {
-      size_t consumed = ~size_t{0};
-      int before = rec.completions;
-      Http1Parser::Result r = parser.Execute(pending.data(), pending.size(), &consumed);
-      int completed = rec.completions - before;
-      FUZZ_CHECK(consumed <= pending.size());
-      FUZZ_CHECK(completed <= 1);
-      if (r == Http1Parser::Result::kError) {
-        FUZZ_CHECK(consumed == 0 && completed == 0);
-        FUZZ_CHECK(IsRequestErrorStatus(parser.error_status()));
-        FUZZ_CHECK(!parser.error_reason().empty());
-        rec.transcript.error = true;
-        rec.transcript.error_status = parser.error_status();
-        rec.transcript.error_reason = parser.error_reason();
-        break;
-      }
-      if (r == Http1Parser::Result::kOk) {
-        FUZZ_CHECK(consumed == pending.size() && completed == 0);
-        pending.clear();
-        break;
-      }
-      // Paused: a message ended, or (upgrade requests) the parser stopped where the new protocol
-      // would begin, which consumes nothing and may happen once before parsing goes on.
-      FUZZ_CHECK(completed == 1 || consumed == 0);
-      if (consumed == 0 && completed == 0) FUZZ_CHECK(++idle_pauses <= 1);
-      if (completed == 1) idle_pauses = 0;
-      FUZZ_CHECK(!parser.in_message() || completed == 0);
-      pending.erase(0, consumed);
-      parser.Resume();
-    }
-  }
+  FeedInReads(parser, rec, data, size, cuts, IsRequestErrorStatus,
+              [&] { FUZZ_CHECK(!parser.in_message()); });
   return std::move(rec.transcript);
 }
 

@@ -13,6 +13,7 @@
 
 #include "source/http/http1_parser.h"
 #include "test/fuzz/fuzz_common.h"
+#include "test/fuzz/http1_feed.h"
 
 namespace rpx {
 namespace fuzz {
@@ -136,47 +137,12 @@ Transcript ParseResponses(const uint8_t* data, size_t size, const std::vector<si
     rec.set_expect_no_body(v);
   };
   expect();
-  std::string pending;
-  size_t start = 0;
-  for (size_t i = 0; i <= cuts.size() && !rec.transcript.error; ++i) {
-    size_t end = i < cuts.size() ? cuts[i] : size;
-    pending.append(reinterpret_cast<const char*>(data) + start, end - start);
-    start = end;
-    int idle_pauses = 0;
-    while (!pending.empty()) {
-      size_t consumed = ~size_t{0};
-      int before = rec.completions;
-      Http1Parser::Result r = parser.Execute(pending.data(), pending.size(), &consumed);
-      int completed = rec.completions - before;
-      FUZZ_CHECK(consumed <= pending.size());
-      FUZZ_CHECK(completed <= 1);
-      if (r == Http1Parser::Result::kError) {
-        FUZZ_CHECK(consumed == 0 && completed == 0);
-        FUZZ_CHECK(parser.error_status() == 502);
-        FUZZ_CHECK(!parser.error_reason().empty());
-        rec.transcript.error = true;
-        rec.transcript.error_status = parser.error_status();
-        rec.transcript.error_reason = parser.error_reason();
-        break;
-      }
-      if (r == Http1Parser::Result::kOk) {
-        FUZZ_CHECK(consumed == pending.size() && completed == 0);
-        pending.clear();
-        break;
-      }
-      // Paused: a final response ended, or (101) the parser stopped where the new protocol
-      // begins, consuming nothing, once.
-      FUZZ_CHECK(completed == 1 || consumed == 0);
-      if (consumed == 0 && completed == 0) FUZZ_CHECK(++idle_pauses <= 1);
-      if (completed == 1) {
-        idle_pauses = 0;
+  FeedInReads(
+      parser, rec, data, size, cuts, [](int status) { return status == 502; },
+      [&] {
         ++index;
         expect();
-      }
-      pending.erase(0, consumed);
-      parser.Resume();
-    }
-  }
+      });
   // A 1xx, 204 or 304 head ends its message (a 304 with Content-Length must not wait for a body).
   if (rec.in_final_head_body()) FUZZ_CHECK(!rec.status_no_body());
   if (!rec.transcript.error) {

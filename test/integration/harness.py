@@ -52,32 +52,27 @@ def _runfiles_candidates(rel):
     return out
 
 
-def rpx_bin():
-    """Path of the rpx binary under test."""
-    env = os.environ.get("RPX_BIN")
+def _find_bin(env_var, rel):
+    """`env_var` if set (it must be executable), else the Bazel runfile or bazel-bin/`rel`."""
+    env = os.environ.get(env_var)
     if env:
         if not os.access(env, os.X_OK):
-            raise RuntimeError("RPX_BIN=%s is not an executable file" % env)
+            raise RuntimeError("%s=%s is not an executable file" % (env_var, env))
         return env
-    for c in _runfiles_candidates("source/exe/rpx") + [
-            os.path.join(REPO_ROOT, "bazel-bin", "source", "exe", "rpx")]:
+    for c in _runfiles_candidates(rel) + [os.path.join(REPO_ROOT, "bazel-bin", rel)]:
         if os.access(c, os.X_OK):
             return c
-    raise RuntimeError("cannot find the rpx binary: set RPX_BIN")
+    raise RuntimeError("cannot find %s: set %s" % (rel, env_var))
+
+
+def rpx_bin():
+    """Path of the rpx binary under test."""
+    return _find_bin("RPX_BIN", "source/exe/rpx")
 
 
 def xds_server_bin():
     """Path of the reference control plane (tools/xds_server)."""
-    env = os.environ.get("XDS_SERVER_BIN")
-    if env:
-        if not os.access(env, os.X_OK):
-            raise RuntimeError("XDS_SERVER_BIN=%s is not an executable file" % env)
-        return env
-    for c in _runfiles_candidates("tools/xds_server/xds_server") + [
-            os.path.join(REPO_ROOT, "bazel-bin", "tools", "xds_server", "xds_server")]:
-        if os.access(c, os.X_OK):
-            return c
-    raise RuntimeError("cannot find the xds_server binary: set XDS_SERVER_BIN")
+    return _find_bin("XDS_SERVER_BIN", "tools/xds_server/xds_server")
 
 
 def quickstart_config():
@@ -1202,16 +1197,21 @@ class RawUpstream(object):
          mode "reset":    closes without answering (FIN; rst=True sends a RST instead)
          mode "garbage":  sends `reply` (default b"not http\\r\\n\\r\\n"), then waits for the
                           peer to close (or closes at once with close_after_reply=True)
-    Each connection serves one request.
+         mode "script":   calls serve(conn, head, rest) (head: the request head as text, rest:
+                          bytes read after it) and closes when it returns
+    Each connection serves one request; `heads` keeps every request head, in order.
     """
 
-    def __init__(self, mode, rst=False, reply=b"not http\r\n\r\n", close_after_reply=False):
+    def __init__(self, mode, rst=False, reply=b"not http\r\n\r\n", close_after_reply=False,
+                 serve=None):
         self.mode = mode
         self.rst = rst
         self.reply = reply
         self.close_after_reply = close_after_reply
+        self.script = serve
         self.accepted = 0
         self.requests = 0
+        self.heads = []
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -1247,9 +1247,13 @@ class RawUpstream(object):
                 if not piece:
                     return
                 data += piece
+            head, _, rest = data.partition(b"\r\n\r\n")
             with self.lock:
                 self.requests += 1
-            if self.mode == "garbage":
+                self.heads.append(head.decode("latin-1"))
+            if self.mode == "script":
+                self.script(c, self.heads[-1], rest)
+            elif self.mode == "garbage":
                 c.sendall(self.reply)
                 if self.close_after_reply:
                     return
@@ -1265,6 +1269,10 @@ class RawUpstream(object):
                 c.close()
             except OSError:
                 pass
+
+    def request_count(self):
+        with self.lock:
+            return self.requests
 
     def stop(self):
         self.stopping.set()

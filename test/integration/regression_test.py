@@ -7,11 +7,11 @@ with exactly those bytes."""
 import os
 import re
 import socket
-import threading
 import time
 import unittest
 
-from harness import IntegrationTestCase, bootstrap, cluster, free_port, http_listener, route, virtual_host
+from harness import (CannedUpstream, IntegrationTestCase, bootstrap, cluster, free_port,
+                     http_listener, route, virtual_host)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -72,51 +72,6 @@ def parse_case(path):
     return fields, bytes(parts["request"]), None if response is None else bytes(response)
 
 
-class ScriptedUpstream(object):
-    """Answers every request head it reads with `response`, then waits for the proxy to close."""
-
-    def __init__(self, response):
-        self.response = response
-        self.requests = 0
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        self.port = self.sock.getsockname()[1]
-        threading.Thread(target=self._loop, daemon=True).start()
-
-    def _loop(self):
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
-
-    def _serve(self, conn):
-        conn.settimeout(5)
-        try:
-            data = b""
-            while b"\r\n\r\n" not in data:
-                chunk = conn.recv(65536)
-                if not chunk:
-                    return
-                data += chunk
-            self.requests += 1
-            conn.sendall(self.response)
-            while conn.recv(65536):
-                pass
-        except OSError:
-            pass
-        finally:
-            conn.close()
-
-    def request_count(self):
-        return self.requests
-
-    def stop(self):
-        self.sock.close()
-
-
 class RegressionCases(IntegrationTestCase):
 
     def start(self, upstream):
@@ -135,7 +90,7 @@ class RegressionCases(IntegrationTestCase):
         if response is None:
             self.start(self.start_echo("E"))
         else:
-            upstream = ScriptedUpstream(response)
+            upstream = CannedUpstream(response)  # then waits for rpx to close
             self.addCleanup(upstream.stop)
             self.start(upstream)
         before = self.echo.request_count()

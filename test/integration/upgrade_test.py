@@ -15,8 +15,8 @@ import websocket  # websocket-client (Debian python3-websocket)
 import websockets  # Debian python3-websockets
 import websockets.server
 
-from harness import (IntegrationTestCase, bootstrap, cluster, free_port, http_listener,
-                     http_request, route, virtual_host)
+from harness import (IntegrationTestCase, RawUpstream, bootstrap, cluster, free_port,
+                     http_listener, http_request, route, virtual_host)
 
 WAIT = 10.0  # generous bound for anything that should happen at once
 
@@ -79,50 +79,6 @@ class WebSocketUpstream(object):
             self.thread.join(WAIT)
             if not self.thread.is_alive():
                 self.loop.close()
-
-
-class RawUpstream(object):
-    """Accepts one connection at a time and runs `serve(conn)` on it in a thread."""
-
-    def __init__(self, serve):
-        self.serve = serve
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.port = self.sock.getsockname()[1]
-        self.requests = []
-        self.stopping = False
-        self.thread = threading.Thread(target=self._loop, daemon=True)
-        self.thread.start()
-
-    def _loop(self):
-        while not self.stopping:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
-
-    def _one(self, conn):
-        conn.settimeout(WAIT)
-        try:
-            head = b""
-            while b"\r\n\r\n" not in head:
-                chunk = conn.recv(65536)
-                if not chunk:
-                    return
-                head += chunk
-            req, rest = head.split(b"\r\n\r\n", 1)
-            self.requests.append(req.decode("latin-1"))
-            self.serve(conn, req.decode("latin-1"), rest)
-        except OSError:
-            pass
-        finally:
-            conn.close()
-
-    def stop(self):
-        self.stopping = True
-        self.sock.close()
 
 
 def ws_route(prefix, cluster_name, upgrade_enabled=None, idle_timeout=None):
@@ -254,7 +210,7 @@ class UpgradeRefusedOrWronglyGrantedTest(IntegrationTestCase):
                              b"Connection: upgrade\r\n\r\nraw bytes")
             conn.recv(1)  # hold the connection until the proxy closes it
 
-        self.up = RawUpstream(serve)
+        self.up = RawUpstream("script", serve=serve)
         self.addCleanup(self.up.stop)
         self.proxy = self.start_rpx(bootstrap(
             [http_listener("ingress", self.port,
@@ -271,7 +227,7 @@ class UpgradeRefusedOrWronglyGrantedTest(IntegrationTestCase):
         self.assertEqual(r.body, b"nope!")
         self.assertTrue(c.at_eof(WAIT))
         # The upstream was asked for the upgrade, with the hop-by-hop headers rebuilt.
-        self.assertIn("upgrade: websocket", self.up.requests[0].lower())
+        self.assertIn("upgrade: websocket", self.up.heads[0].lower())
         self.assertEqual(self.proxy.stat("http.ingress.downstream_cx_upgrades_total"), 0)
 
     def test_unrequested_101_is_a_502(self):
@@ -280,7 +236,7 @@ class UpgradeRefusedOrWronglyGrantedTest(IntegrationTestCase):
         r = c.read_response()
         self.assertEqual(r.status, 502)
         self.assertIn(b"101", r.body)
-        self.assertNotIn("upgrade", self.up.requests[0].lower())
+        self.assertNotIn("upgrade", self.up.heads[0].lower())
 
     def test_h2c_upgrade_is_served_as_http1(self):
         # curl --http2 on cleartext asks for h2c; rpx stays on HTTP/1.1 and forwards no Upgrade.
@@ -290,7 +246,7 @@ class UpgradeRefusedOrWronglyGrantedTest(IntegrationTestCase):
             ("HTTP2-Settings", "AAMAAABkAAQCAAAAAAIAAAAA")]))
         r = c.read_response()
         self.assertEqual(r.status, 426)
-        req = self.up.requests[0].lower()
+        req = self.up.heads[0].lower()
         self.assertNotIn("upgrade", req)
         self.assertNotIn("http2-settings", req)
 
@@ -325,7 +281,7 @@ class StreamedResponseTest(IntegrationTestCase):
             if not close_delimited:
                 conn.sendall(b"0\r\n\r\n")
 
-        self.up = RawUpstream(serve)
+        self.up = RawUpstream("script", serve=serve)
         self.addCleanup(self.up.stop)
         self.proxy = self.start_rpx(bootstrap(
             [http_listener("ingress", self.port,
