@@ -282,6 +282,42 @@ class BodiesTest(IntegrationTestCase):
 
 
 
+class SplicedBodyKeepsTheStreamAliveTest(IntegrationTestCase):
+    """A spliced body never passes through the codec's EncodeData, yet each piece the splicer
+    moves must count as stream activity: a client that keeps reading, slowly, for longer than
+    the stream idle timeout gets the whole body."""
+
+    def test_slow_but_steady_reader_outlasts_the_idle_timeout(self):
+        import socket as socketlib
+        echo = self.start_echo("E")
+        port = free_port()
+        proxy = self.start_rpx(bootstrap(
+            [http_listener("ingress", port,
+                           [virtual_host("all", ["*"], [route("/", "E", timeout="0s")])],
+                           hcm_extra={"stream_idle_timeout": "1s"})],
+            [cluster("E", echo.port)]), concurrency=1)
+        s = socketlib.socket(socketlib.AF_INET, socketlib.SOCK_STREAM)
+        s.setsockopt(socketlib.SOL_SOCKET, socketlib.SO_RCVBUF, 65536)
+        s.settimeout(30)
+        s.connect(("127.0.0.1", port))
+        self.addCleanup(s.close)
+        s.sendall(b"GET /bytes/%d HTTP/1.1\r\nHost: a\r\n\r\n" % BIG)
+        data = bytearray()
+        start = time.monotonic()
+        head_len = None
+        while head_len is None or len(data) < head_len + BIG:
+            chunk = s.recv(65536)
+            self.assertTrue(chunk, "rpx closed the stream after %d bytes" % len(data))
+            data += chunk
+            if head_len is None and b"\r\n\r\n" in data:
+                head_len = data.index(b"\r\n\r\n") + 4
+            time.sleep(0.02)  # ~3 MiB/s: the body takes several idle timeouts to arrive
+        self.assertGreater(time.monotonic() - start, 1.5, "the reader was not slow enough")
+        self.assertEqual(sha256(bytes(data[head_len:])), sha256(det_bytes(BIG)))
+        self.assertEqual(proxy.stat("cluster.E.upstream_rq_body_spliced"), 1)
+        self.assertEqual(proxy.stat("http.ingress.downstream_rq_idle_timeout"), 0)
+
+
 class CopiedBodiesTest(IntegrationTestCase):
     """With --disable-splice, large bodies take the buffered copy path, intact."""
 
