@@ -26,8 +26,29 @@ uint32_t ToEpoll(uint32_t interest) {
 }
 }  // namespace
 
-FileEvent::FileEvent(Dispatcher& d, int fd, Callback cb, uint32_t interest)
-    : dispatcher_(d), fd_(fd), cb_(std::move(cb)), interest_(interest) {
+namespace {
+class CallbackFileEvent final : public FileEvent {
+ public:
+  CallbackFileEvent(Dispatcher& d, int fd, Callback cb, uint32_t interest)
+      : FileEvent(d, fd, interest), cb_(std::move(cb)) {}
+
+ private:
+  void OnEvents(uint32_t events) override { cb_(events); }
+  Callback cb_;
+};
+
+class CallbackTimer final : public Timer {
+ public:
+  CallbackTimer(Dispatcher& d, std::function<void()> cb) : Timer(d), cb_(std::move(cb)) {}
+
+ private:
+  void OnFire() override { cb_(); }
+  std::function<void()> cb_;
+};
+}  // namespace
+
+FileEvent::FileEvent(Dispatcher& d, int fd, uint32_t interest)
+    : dispatcher_(d), fd_(fd), interest_(interest) {
   struct epoll_event ev;
   ev.events = ToEpoll(interest);
   ev.data.ptr = this;
@@ -55,20 +76,65 @@ void FileEvent::SetInterest(uint32_t interest) {
 
 void Timer::Enable(uint64_t delay_ms) {
   uint64_t deadline = dispatcher_.NowMs() + delay_ms;
-  if (enabled_ && deadline >= pos_->first) {
+  if (enabled() && deadline >= key_) {
     deadline_ = deadline;  // re-queued when the earlier slot fires
     return;
   }
   Disable();
-  deadline_ = deadline;
-  pos_ = dispatcher_.timers_.emplace(deadline, this);
-  enabled_ = true;
+  deadline_ = key_ = deadline;
+  dispatcher_.PushTimer(this);
 }
 
 void Timer::Disable() {
-  if (!enabled_) return;
-  dispatcher_.timers_.erase(pos_);
-  enabled_ = false;
+  if (enabled()) dispatcher_.RemoveTimer(this);
+}
+
+void Dispatcher::PushTimer(Timer* t) {
+  t->seq_ = next_timer_seq_++;
+  t->index_ = static_cast<uint32_t>(timers_.size());
+  timers_.push_back(t);
+  SiftUp(t->index_);
+}
+
+void Dispatcher::RemoveTimer(Timer* t) {
+  uint32_t i = t->index_;
+  t->index_ = Timer::kNotQueued;
+  Timer* last = timers_.back();
+  timers_.pop_back();
+  if (last == t) return;
+  timers_[i] = last;
+  last->index_ = i;
+  SiftUp(i);
+  SiftDown(last->index_);
+}
+
+void Dispatcher::SiftUp(uint32_t i) {
+  Timer* t = timers_[i];
+  while (i > 0) {
+    uint32_t parent = (i - 1) / 2;
+    if (!Earlier(t, timers_[parent])) break;
+    timers_[i] = timers_[parent];
+    timers_[i]->index_ = i;
+    i = parent;
+  }
+  timers_[i] = t;
+  t->index_ = i;
+}
+
+void Dispatcher::SiftDown(uint32_t i) {
+  Timer* t = timers_[i];
+  uint32_t n = static_cast<uint32_t>(timers_.size());
+  while (true) {
+    uint32_t child = 2 * i + 1;
+    if (child >= n) break;
+    if (child + 1 < n && Earlier(timers_[child + 1], timers_[child])) ++child;
+    if (!Earlier(timers_[child], t)) break;
+    timers_[i] = timers_[child];
+    timers_[i]->index_ = i;
+    i = child;
+  }
+  timers_[i] = t;
+  t->index_ = i;
 }
 
 Dispatcher::Dispatcher(std::string name) : name_(std::move(name)) {
@@ -89,11 +155,11 @@ Dispatcher::~Dispatcher() {
 
 std::unique_ptr<FileEvent> Dispatcher::CreateFileEvent(int fd, FileEvent::Callback cb,
                                                        uint32_t interest) {
-  return std::unique_ptr<FileEvent>(new FileEvent(*this, fd, std::move(cb), interest));
+  return std::make_unique<CallbackFileEvent>(*this, fd, std::move(cb), interest);
 }
 
 std::unique_ptr<Timer> Dispatcher::CreateTimer(std::function<void()> cb) {
-  return std::unique_ptr<Timer>(new Timer(*this, std::move(cb)));
+  return std::make_unique<CallbackTimer>(*this, std::move(cb));
 }
 
 void Dispatcher::DeferredDelete(std::unique_ptr<DeferredDeletable> obj) {
@@ -123,16 +189,15 @@ bool Dispatcher::IsThisThread() const {
 
 void Dispatcher::RunTimers() {
   while (!timers_.empty()) {
-    auto it = timers_.begin();
-    if (it->first > now_ms_) break;
-    Timer* t = it->second;
-    timers_.erase(it);
+    Timer* t = timers_.front();
+    if (t->key_ > now_ms_) break;
+    RemoveTimer(t);
     if (t->deadline_ > now_ms_) {
-      t->pos_ = timers_.emplace(t->deadline_, t);  // pushed later while armed
+      t->key_ = t->deadline_;  // pushed later while armed
+      PushTimer(t);
       continue;
     }
-    t->enabled_ = false;
-    t->cb_();
+    t->OnFire();
   }
 }
 
@@ -165,7 +230,7 @@ void Dispatcher::RunOnce(int max_wait_ms) {
   struct epoll_event events[kMaxEvents];
   int timeout = max_wait_ms;
   if (!timers_.empty()) {
-    uint64_t next = timers_.begin()->first;
+    uint64_t next = timers_.front()->key_;
     int until = next > now_ms_ ? static_cast<int>(next - now_ms_) : 0;
     if (timeout < 0 || until < timeout) timeout = until;
   }
@@ -192,7 +257,7 @@ void Dispatcher::RunOnce(int max_wait_ms) {
     if (events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) ev |= FileEvent::kRead;
     if (events[i].events & (EPOLLOUT | EPOLLHUP | EPOLLERR)) ev |= FileEvent::kWrite;
     if (events[i].events & (EPOLLHUP | EPOLLERR)) ev |= FileEvent::kClosed;
-    fe->cb_(ev);
+    fe->OnEvents(ev);
     // Send what this event produced now (its headers and body still leave in one syscall), so
     // the peer starts working while we handle the rest of the batch.
     RunFlushes();

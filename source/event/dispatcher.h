@@ -7,56 +7,95 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 namespace rpx {
 
 class Dispatcher;
 
-// Readiness callback for one file descriptor. Level-triggered: the owner turns read and write
-// interest on and off (that is how backpressure stops reading from a socket).
+// Readiness for one file descriptor. Level-triggered: the owner turns read and write interest on
+// and off (that is how backpressure stops reading from a socket).
+// Two forms: Dispatcher::CreateFileEvent with a callback, or a MemberFileEvent embedded in its
+// owner (no allocation of its own: every connection has one).
 class FileEvent {
  public:
   enum : uint32_t { kRead = 1, kWrite = 2, kClosed = 4 };
   using Callback = std::function<void(uint32_t events)>;
-  ~FileEvent();
+  virtual ~FileEvent();
+  FileEvent(const FileEvent&) = delete;
+  FileEvent& operator=(const FileEvent&) = delete;
   void SetInterest(uint32_t interest);  // kRead | kWrite
   uint32_t interest() const { return interest_; }
   // Removes the fd from epoll before the owner closes it (a later fd with the same number must
   // not be unregistered by our destructor). Events already fetched for it are then dropped.
   void Unregister();
+  Dispatcher& dispatcher() const { return dispatcher_; }
+
+ protected:
+  // Registers `fd` with epoll at once.
+  FileEvent(Dispatcher& d, int fd, uint32_t interest);
+  virtual void OnEvents(uint32_t events) = 0;
 
  private:
   friend class Dispatcher;
-  FileEvent(Dispatcher& d, int fd, Callback cb, uint32_t interest);
   Dispatcher& dispatcher_;
   int fd_;
-  Callback cb_;
   uint32_t interest_;
 };
 
-// One-shot timer. Enable() re-arms it; destroying or disabling it cancels it.
+// A FileEvent that calls `(owner->*M)(events)`, for embedding in the owner.
+template <class T, void (T::*M)(uint32_t)>
+class MemberFileEvent final : public FileEvent {
+ public:
+  MemberFileEvent(Dispatcher& d, int fd, uint32_t interest, T* owner)
+      : FileEvent(d, fd, interest), owner_(owner) {}
+
+ private:
+  void OnEvents(uint32_t events) override { (owner_->*M)(events); }
+  T* owner_;
+};
+
+// One-shot timer. Enable() re-arms it; destroying or disabling it cancels it. Two forms:
+// Dispatcher::CreateTimer with a callback, or a MemberTimer embedded in its owner.
 // Pushing an armed timer's deadline later (the common case: idle timeouts refreshed on every
 // request) only records the new deadline; the timer is re-queued when its old slot comes up, so
-// the hot path does no tree insert or erase.
+// the hot path does no heap insert or erase. Timers due at the same millisecond fire in the order
+// they were queued.
 class Timer {
  public:
-  ~Timer() { Disable(); }
+  virtual ~Timer() { Disable(); }
+  Timer(const Timer&) = delete;
+  Timer& operator=(const Timer&) = delete;
   void Enable(uint64_t delay_ms);
   void Disable();
-  bool enabled() const { return enabled_; }
+  bool enabled() const { return index_ != kNotQueued; }
+
+ protected:
+  explicit Timer(Dispatcher& d) : dispatcher_(d) {}
+  virtual void OnFire() = 0;
 
  private:
   friend class Dispatcher;
-  Timer(Dispatcher& d, std::function<void()> cb) : dispatcher_(d), cb_(std::move(cb)) {}
+  static constexpr uint32_t kNotQueued = UINT32_MAX;
   Dispatcher& dispatcher_;
-  std::function<void()> cb_;
-  bool enabled_ = false;
-  uint64_t deadline_ = 0;
-  std::multimap<uint64_t, Timer*>::iterator pos_;
+  uint64_t deadline_ = 0;        // when it fires (may be later than key_: re-queued then)
+  uint64_t key_ = 0;             // the deadline it is queued under
+  uint64_t seq_ = 0;             // queueing order, for timers with the same key
+  uint32_t index_ = kNotQueued;  // position in the dispatcher's heap
+};
+
+// A Timer that calls `(owner->*M)()`, for embedding in the owner.
+template <class T, void (T::*M)()>
+class MemberTimer final : public Timer {
+ public:
+  MemberTimer(Dispatcher& d, T* owner) : Timer(d), owner_(owner) {}
+
+ private:
+  void OnFire() override { (owner_->*M)(); }
+  T* owner_;
 };
 
 class DeferredDeletable {
@@ -107,6 +146,14 @@ class Dispatcher {
   friend class FileEvent;
   friend class Timer;
   void RunTimers();
+  // The timer queue: a binary min-heap on (key_, seq_); each timer knows its index.
+  static bool Earlier(const Timer* a, const Timer* b) {
+    return a->key_ < b->key_ || (a->key_ == b->key_ && a->seq_ < b->seq_);
+  }
+  void PushTimer(Timer* t);
+  void RemoveTimer(Timer* t);
+  void SiftUp(uint32_t i);
+  void SiftDown(uint32_t i);
   void RunPosted();
   void ClearDeferred();
   void RunFlushes();
@@ -117,7 +164,8 @@ class Dispatcher {
   int wake_fd_;
   std::atomic<bool> exit_{false};
   uint64_t now_ms_ = 0;
-  std::multimap<uint64_t, Timer*> timers_;
+  std::vector<Timer*> timers_;
+  uint64_t next_timer_seq_ = 0;
   std::vector<std::unique_ptr<DeferredDeletable>> deferred_;
   std::vector<Flushable*> flush_;
   std::mutex post_mu_;

@@ -3,6 +3,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -59,6 +61,73 @@ TEST(DispatcherTest, DisableAndDestroyCancel) {
   marker->Enable(20);
   ASSERT_TRUE(d.RunUntil([&] { return !marker->enabled(); }, 5000));
   EXPECT_EQ(fired, 0);
+}
+
+TEST(DispatcherTest, SameDeadlineFiresInQueueOrder) {
+  Dispatcher d("t");
+  std::vector<int> order;
+  auto a = d.CreateTimer([&] { order.push_back(1); });
+  auto b = d.CreateTimer([&] { order.push_back(2); });
+  auto c = d.CreateTimer([&] { order.push_back(3); });
+  a->Enable(5);
+  b->Enable(5);
+  c->Enable(5);
+  a->Disable();
+  a->Enable(5);  // queued again: now last
+  ASSERT_TRUE(d.RunUntil([&] { return order.size() == 3; }, 5000));
+  EXPECT_EQ(order, (std::vector<int>{2, 3, 1}));
+}
+
+// Many timers armed, re-armed (earlier and later), disabled and destroyed at random: each armed
+// one fires exactly once, in deadline order (a timer pushed later must not fire at its old slot).
+TEST(DispatcherTest, ManyTimersFireInDeadlineOrder) {
+  Dispatcher d("t");
+  constexpr int kTimers = 300;
+  std::vector<int> fired;
+  std::vector<std::unique_ptr<Timer>> timers;
+  for (int i = 0; i < kTimers; ++i) timers.push_back(d.CreateTimer([&, i] { fired.push_back(i); }));
+  std::vector<std::optional<uint64_t>> delay_of(kTimers);  // the model: armed timers' delays
+  uint32_t rng = 12345;
+  auto next = [&] { return (rng = rng * 1103515245u + 12345u) >> 8; };
+  d.UpdateTime();  // every Enable below counts from the same now
+  for (int step = 0; step < 3000; ++step) {
+    int i = next() % kTimers;
+    switch (next() % 4) {
+      case 0:
+      case 1:
+        delay_of[i] = 20 + next() % 40;
+        timers[i]->Enable(*delay_of[i]);
+        break;
+      case 2:
+        timers[i]->Disable();
+        delay_of[i].reset();
+        break;
+      case 3:
+        timers[i] = d.CreateTimer([&, i] { fired.push_back(i); });
+        delay_of[i].reset();
+        break;
+    }
+  }
+  std::vector<uint64_t> want_delays;
+  std::vector<int> want_ids;
+  for (int i = 0; i < kTimers; ++i) {
+    EXPECT_EQ(timers[i]->enabled(), delay_of[i].has_value());
+    if (delay_of[i]) {
+      want_delays.push_back(*delay_of[i]);
+      want_ids.push_back(i);
+    }
+  }
+  std::sort(want_delays.begin(), want_delays.end());
+  ASSERT_TRUE(d.RunUntil([&] { return fired.size() >= want_ids.size(); }, 5000));
+  d.RunUntil([] { return false; }, 30);  // nothing more fires
+  ASSERT_EQ(fired.size(), want_ids.size());
+  std::vector<uint64_t> got_delays;
+  for (int i : fired) got_delays.push_back(*delay_of[i]);
+  EXPECT_EQ(got_delays, want_delays);
+  std::vector<int> got_ids(fired);
+  std::sort(got_ids.begin(), got_ids.end());
+  EXPECT_EQ(got_ids, want_ids);
+  for (auto& t : timers) EXPECT_FALSE(t->enabled());
 }
 
 TEST(DispatcherTest, PostFromAnotherThread) {
