@@ -6,12 +6,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 
 namespace rpx {
 namespace {
-std::atomic<uint64_t> g_next_id{1};
 // Bytes read per syscall, and the most read per readiness event before yielding to other sockets.
 // Each chunk is handed to the owner before the next read, so buffers stay small and cache-hot.
 constexpr size_t kReadChunk = 32 * 1024;
@@ -36,18 +34,21 @@ ssize_t RawTransport::Write(int fd, const char* buf, size_t len) {
 }
 
 Connection::Connection(Dispatcher& dispatcher, int fd, bool connecting, uint32_t buffer_limit)
-    : dispatcher_(dispatcher),
-      fd_(fd),
-      id_(g_next_id.fetch_add(1, std::memory_order_relaxed)),
-      state_(connecting ? State::kConnecting : State::kOpen),
+    : fd_(fd),
       high_watermark_(buffer_limit ? buffer_limit : 1024 * 1024),
-      low_watermark_(high_watermark_ / 2),
-      transport_(&RawTransport::Instance()) {
+      state_(connecting ? State::kConnecting : State::kOpen),
+      above_high_(false),
+      read_disabled_(false),
+      flush_scheduled_(false),
+      plaintext_(true),
+      want_splice_read_(false),
+      want_splice_write_(false),
+      linger_after_flush_(false),
+      self_owned_(false),
+      transport_(&RawTransport::Instance()),
+      file_event_(dispatcher, fd, connecting ? FileEvent::kWrite : FileEvent::kRead, this) {
   int one = 1;
   setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  file_event_ = dispatcher_.CreateFileEvent(
-      fd_, [this](uint32_t ev) { OnFileEvent(ev); },
-      connecting ? FileEvent::kWrite : FileEvent::kRead);
 }
 
 Connection::~Connection() {
@@ -106,7 +107,7 @@ void Connection::ScheduleWrite() {
   if (state_ == State::kClosed) return;
   if (!flush_scheduled_) {
     flush_scheduled_ = true;
-    dispatcher_.ScheduleFlush(this);
+    dispatcher().ScheduleFlush(this);
   }
   CheckWatermarks();
 }
@@ -123,7 +124,7 @@ void Connection::ReadDisable(bool disable) {
 }
 
 void Connection::UpdateInterest() {
-  if (!file_event_ || state_ == State::kClosed) return;
+  if (state_ == State::kClosed) return;
   uint32_t interest = 0;
   if (state_ == State::kConnecting) {
     interest = FileEvent::kWrite;
@@ -134,7 +135,7 @@ void Connection::UpdateInterest() {
       interest |= FileEvent::kWrite;
     }
   }
-  file_event_->SetInterest(interest);
+  file_event_.SetInterest(interest);
 }
 
 void Connection::SetSpliceSource(SpliceHandler* h) {
@@ -268,7 +269,7 @@ void Connection::CheckWatermarks() {
   if (!above_high_ && write_buffer_.size() > high_watermark_) {
     above_high_ = true;
     if (callbacks_) callbacks_->OnAboveWriteHighWatermark();
-  } else if (above_high_ && write_buffer_.size() <= low_watermark_) {
+  } else if (above_high_ && write_buffer_.size() <= high_watermark_ / 2) {
     above_high_ = false;
     if (callbacks_) callbacks_->OnBelowWriteLowWatermark();
   }
@@ -289,8 +290,9 @@ void Connection::StartLinger() {
   state_ = State::kLingering;
   ::shutdown(fd_, SHUT_WR);
   read_buffer_.Clear();
-  file_event_->SetInterest(FileEvent::kRead);
-  linger_timer_ = dispatcher_.CreateTimer([this] { CloseNow(ConnectionEvent::kLocalClose, false); });
+  file_event_.SetInterest(FileEvent::kRead);
+  linger_timer_ =
+      dispatcher().CreateTimer([this] { CloseNow(ConnectionEvent::kLocalClose, false); });
   linger_timer_->Enable(kLingerMs);
 }
 
@@ -311,7 +313,7 @@ void Connection::Close(CloseType type, bool notify) {
     UpdateInterest();
     if (!flush_scheduled_) {
       flush_scheduled_ = true;
-      dispatcher_.ScheduleFlush(this);
+      dispatcher().ScheduleFlush(this);
     }
     return;
   }
@@ -323,7 +325,7 @@ void Connection::Close(CloseType type, bool notify) {
     UpdateInterest();
     if (!flush_scheduled_) {
       flush_scheduled_ = true;
-      dispatcher_.ScheduleFlush(this);
+      dispatcher().ScheduleFlush(this);
     }
     return;
   }
@@ -334,7 +336,7 @@ void Connection::CloseNow(ConnectionEvent event, bool notify) {
   if (state_ == State::kClosed) return;
   state_ = State::kClosed;
   if (linger_timer_) linger_timer_->Disable();
-  file_event_->Unregister();
+  file_event_.Unregister();
   ::close(fd_);
   read_buffer_.Clear();
   write_buffer_.Clear();
@@ -348,7 +350,7 @@ void Connection::CloseNow(ConnectionEvent event, bool notify) {
   if (notify && cb) cb->OnEvent(event);
   if (self_owned_) {
     self_owned_ = false;
-    dispatcher_.DeferredDelete(std::unique_ptr<DeferredDeletable>(this));
+    dispatcher().DeferredDelete(std::unique_ptr<DeferredDeletable>(this));
   }
 }
 

@@ -101,9 +101,8 @@ class Connection : public DeferredDeletable, public Flushable {
   bool plaintext() const { return plaintext_; }
   bool closing() const { return state_ != State::kOpen && state_ != State::kConnecting; }
   bool above_high_watermark() const { return above_high_; }
-  Dispatcher& dispatcher() { return dispatcher_; }
+  Dispatcher& dispatcher() { return file_event_.dispatcher(); }
   int fd() const { return fd_; }
-  uint64_t id() const { return id_; }
 
   void Flush() override;
 
@@ -112,7 +111,7 @@ class Connection : public DeferredDeletable, public Flushable {
   static void Release(std::unique_ptr<Connection> conn);
 
  private:
-  enum class State { kConnecting, kOpen, kClosingAfterFlush, kLingering, kClosed };
+  enum class State : uint8_t { kConnecting, kOpen, kClosingAfterFlush, kLingering, kClosed };
   void StartLinger();
   void OnFileEvent(uint32_t events);
   void DoRead();
@@ -121,26 +120,25 @@ class Connection : public DeferredDeletable, public Flushable {
   void UpdateInterest();
   void CheckWatermarks();
 
-  Dispatcher& dispatcher_;
+  // Every idle keep-alive connection holds one of these: fields are packed, the file event is
+  // embedded, and only what a busy connection needs (the linger timer) is allocated apart.
   int fd_;
-  uint64_t id_;
+  uint32_t high_watermark_;  // the low watermark is half of it
   State state_;
-  uint32_t high_watermark_;
-  uint32_t low_watermark_;
-  bool above_high_ = false;
-  bool read_disabled_ = false;
-  bool flush_scheduled_ = false;
+  bool above_high_ : 1;
+  bool read_disabled_ : 1;
+  bool flush_scheduled_ : 1;
+  bool plaintext_ : 1;  // bytes on the socket are the bytes of the stream (RawTransport)
+  bool want_splice_read_ : 1;
+  bool want_splice_write_ : 1;
+  bool linger_after_flush_ : 1;
+  bool self_owned_ : 1;  // released by its owner while closing; frees itself when closed
   ConnectionCallbacks* callbacks_ = nullptr;
   // RawTransport's shared instance (it has no state); TLS will own a per-connection one.
   TransportSocket* transport_;
-  bool plaintext_ = true;  // bytes on the socket are the bytes of the stream (RawTransport)
   SpliceHandler* splice_source_ = nullptr;
   SpliceHandler* splice_sink_ = nullptr;
-  bool want_splice_read_ = false;
-  bool want_splice_write_ = false;
-  std::unique_ptr<FileEvent> file_event_;
-  bool linger_after_flush_ = false;
-  bool self_owned_ = false;  // released by its owner while closing; frees itself when closed
+  MemberFileEvent<Connection, &Connection::OnFileEvent> file_event_;
   std::unique_ptr<Timer> linger_timer_;
   Buffer read_buffer_;
   Buffer write_buffer_;
