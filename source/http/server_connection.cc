@@ -1,6 +1,10 @@
 #include "source/http/server_connection.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <cstdio>
+#include <cstring>
 
 #include "source/common/logger.h"
 
@@ -28,33 +32,58 @@ bool StatusHasNoBody(int status) {
 
 ServerConnection::ServerConnection(std::unique_ptr<Connection> conn,
                                    std::shared_ptr<const HttpConfig> config, HttpStats& stats,
-                                   StreamHandlerFactory& factory, SocketAddress peer,
-                                   std::function<void(ServerConnection*)> on_closed)
+                                   StreamHandlerFactory& factory, const SocketAddress& peer)
     : conn_(std::move(conn)),
       config_(std::move(config)),
       stats_(stats),
       factory_(factory),
-      peer_ip_(peer.Ip()),
-      on_closed_(std::move(on_closed)) {
+      timer_(conn_->dispatcher(), this),
+      stream_active_(false),
+      request_complete_(false),
+      request_has_body_(false),
+      response_started_(false),
+      response_chunked_(false),
+      response_no_body_(false),
+      close_after_response_(false),
+      processing_(false),
+      closed_(false),
+      upstream_backpressure_(false),
+      drain_(false),
+      stream_was_active_at_close_(false),
+      upgraded_(false) {
+  if (peer.family() == AF_INET) {
+    peer_family_ = AF_INET;
+    memcpy(peer_addr_, &reinterpret_cast<const sockaddr_in*>(&peer.storage)->sin_addr, 4);
+  } else if (peer.family() == AF_INET6) {
+    peer_family_ = AF_INET6;
+    memcpy(peer_addr_, &reinterpret_cast<const sockaddr_in6*>(&peer.storage)->sin6_addr, 16);
+  }
   conn_->SetCallbacks(this);
-  // One timer serves two phases: without a stream it is the idle (or request headers) timeout,
-  // with one the stream idle timeout.
-  timer_ = conn_->dispatcher().CreateTimer([this] {
-    if (stream_active_) {
-      OnStreamIdleTimeout();
-      return;
-    }
-    if (parser_ && parser_->in_message()) {
-      stats_.downstream_cx_headers_timeout.Inc();
-      SendLocalReply(408, "request headers timeout\n", nullptr, "text/plain");
-    } else {
-      stats_.downstream_cx_idle_timeout.Inc();
-    }
-    Close(true);
-  });
-  if (config_->idle_timeout_ms) timer_->Enable(config_->idle_timeout_ms);
+  if (config_->idle_timeout_ms) timer_.Enable(config_->idle_timeout_ms);
   stats_.downstream_cx_total.Inc();
   stats_.downstream_cx_active.Inc();
+}
+
+std::string ServerConnection::remote_ip() const {
+  char buf[INET6_ADDRSTRLEN] = {0};
+  if (peer_family_ != 0) inet_ntop(peer_family_, peer_addr_, buf, sizeof(buf));
+  return buf;
+}
+
+void ServerConnection::OnTimer() {
+  // One timer serves two phases: without a stream it is the idle (or request headers) timeout,
+  // with one the stream idle timeout.
+  if (stream_active_) {
+    OnStreamIdleTimeout();
+    return;
+  }
+  if (parser_ && parser_->in_message()) {
+    stats_.downstream_cx_headers_timeout.Inc();
+    SendLocalReply(408, "request headers timeout\n", nullptr, "text/plain");
+  } else {
+    stats_.downstream_cx_idle_timeout.Inc();
+  }
+  Close(true);
 }
 
 Http1Parser& ServerConnection::parser() {
@@ -96,11 +125,11 @@ ServerConnection::~ServerConnection() {
 
 void ServerConnection::OnData(Buffer&) {
   if (!stream_active_ && config_->request_headers_timeout_ms && !(parser_ && parser_->in_message())) {
-    timer_->Enable(config_->request_headers_timeout_ms);
+    timer_.Enable(config_->request_headers_timeout_ms);
   } else if (!stream_active_ && config_->idle_timeout_ms && !config_->request_headers_timeout_ms) {
-    timer_->Enable(config_->idle_timeout_ms);
+    timer_.Enable(config_->idle_timeout_ms);
   }
-  if (stream_active_ && stream_idle_ms_) timer_->Enable(stream_idle_ms_);
+  if (stream_active_ && stream_idle_ms_) timer_.Enable(stream_idle_ms_);
   ProcessInput();
 }
 
@@ -123,7 +152,7 @@ void ServerConnection::ProcessInput() {
     if (closed_) break;
     if (r == Http1Parser::Result::kError) {
       stats_.downstream_cx_protocol_error.Inc();
-      RPX_LOG(kDebug, "downstream %s: bad request: %s", peer_ip_, parser.error_reason());
+      RPX_LOG(kDebug, "downstream %s: bad request: %s", remote_ip(), parser.error_reason());
       in.Clear();
       if (stream_active_ && response_started_) {
         // A response is already on its way; it cannot be completed.
@@ -189,9 +218,9 @@ void ServerConnection::OnHead() {
   stats_.downstream_rq_active.Inc();
   stream_idle_ms_ = config_->stream_idle_timeout_ms;
   if (stream_idle_ms_) {
-    timer_->Enable(stream_idle_ms_);
+    timer_.Enable(stream_idle_ms_);
   } else {
-    timer_->Disable();
+    timer_.Disable();
   }
   if (config_->request_timeout_ms && request_has_body_) {
     if (!request_timer_) {
@@ -285,7 +314,7 @@ void ServerConnection::EncodeHeaders(ResponseHead& head, bool end_stream) {
 
 void ServerConnection::EncodeData(const char* data, size_t len, bool end_stream) {
   if (closed_) return;
-  if (stream_idle_ms_ && len) timer_->Enable(stream_idle_ms_);
+  if (stream_idle_ms_ && len) timer_.Enable(stream_idle_ms_);
   if (!response_no_body_ && len > 0 && !response_chunked_ && !end_stream) {
     conn_->WriteThrough(data, len);  // large bodies stream through without piling up here
     return;
@@ -409,9 +438,9 @@ void ServerConnection::EndResponse() {
   request_complete_ = false;
   response_started_ = false;
   if (config_->idle_timeout_ms) {
-    timer_->Enable(config_->idle_timeout_ms);
+    timer_.Enable(config_->idle_timeout_ms);
   } else {
-    timer_->Disable();
+    timer_.Disable();
   }
   UpdateReadDisable();
   // Pipelined requests may already be buffered.
@@ -446,16 +475,16 @@ Connection* ServerConnection::SpliceTarget() {
 }
 
 void ServerConnection::OnDataSpliced(uint64_t bytes) {
-  if (stream_idle_ms_ && bytes) timer_->Enable(stream_idle_ms_);
+  if (stream_idle_ms_ && bytes) timer_.Enable(stream_idle_ms_);
 }
 
 void ServerConnection::SetStreamIdleTimeout(uint64_t ms) {
   stream_idle_ms_ = ms;
   if (!stream_active_) return;
   if (ms) {
-    timer_->Enable(ms);
+    timer_.Enable(ms);
   } else {
-    timer_->Disable();
+    timer_.Disable();
   }
 }
 
@@ -484,7 +513,7 @@ void ServerConnection::Close(bool flush) {
   closed_ = true;
   stream_was_active_at_close_ = stream_active_ || request_has_body_;
   stats_.downstream_cx_active.Dec();
-  timer_->Disable();
+  timer_.Disable();
   if (request_timer_) request_timer_->Disable();
   if (resume_timer_) resume_timer_->Disable();
   if (stream_active_) {
@@ -506,7 +535,7 @@ void ServerConnection::Close(bool flush) {
                         : Connection::CloseType::kFlushWrite;
   }
   conn_->Close(type, false);
-  if (on_closed_) on_closed_(this);
+  OnClosed();
 }
 
 void ServerConnection::OnEvent(ConnectionEvent event) {

@@ -3,10 +3,13 @@
 // each to a StreamHandler, and encodes the response with the framing the client can take
 // (Content-Length, chunked, or close-delimited for HTTP/1.0).
 // Owned by the worker's connection list; runs on the worker's thread; deleted deferred.
+// An idle keep-alive connection is this object and its Connection, nothing else: the parser and
+// stream exist only while a request is in flight, the timer is embedded, and the peer address is
+// kept in binary form.
 #pragma once
 
-#include <functional>
 #include <memory>
+#include <string>
 
 #include "source/http/headers.h"
 #include "source/http/http1_parser.h"
@@ -21,10 +24,8 @@ class ServerConnection : public ConnectionCallbacks,
                          public ResponseEncoder,
                          public DeferredDeletable {
  public:
-  // `on_closed` runs once when the connection closes (the owner then defer-deletes it).
   ServerConnection(std::unique_ptr<Connection> conn, std::shared_ptr<const HttpConfig> config,
-                   HttpStats& stats, StreamHandlerFactory& factory, SocketAddress peer,
-                   std::function<void(ServerConnection*)> on_closed);
+                   HttpStats& stats, StreamHandlerFactory& factory, const SocketAddress& peer);
   ~ServerConnection() override;
 
   // Closes after the stream in flight (or now, when idle). Used for drain.
@@ -51,10 +52,15 @@ class ServerConnection : public ConnectionCallbacks,
   Connection* SpliceTarget() override;
   void OnDataSpliced(uint64_t bytes) override;
   bool response_started() const override { return response_started_; }
-  const std::string& remote_ip() const override { return peer_ip_; }
+  std::string remote_ip() const override;
   bool is_tls() const override { return false; }
 
+ protected:
+  // Runs once when the connection closes (the owner then defer-deletes it); not on destruction.
+  virtual void OnClosed() {}
+
  private:
+  void OnTimer();
   void ProcessInput();
   void EndResponse();
   void EndStream();
@@ -72,31 +78,33 @@ class ServerConnection : public ConnectionCallbacks,
   std::shared_ptr<const HttpConfig> config_;
   HttpStats& stats_;
   StreamHandlerFactory& factory_;
-  std::string peer_ip_;  // formatted once: every request's x-forwarded-for uses it
-  std::function<void(ServerConnection*)> on_closed_;
   // Only while a request is being read or served (or bytes wait): an idle keep-alive connection
   // holds no parser (see ReleaseParserIfIdle).
   std::unique_ptr<Http1Parser> parser_;
   std::unique_ptr<StreamHandler> handler_;
   // Idle / request headers timeout without a stream; stream idle timeout with one.
-  std::unique_ptr<Timer> timer_;
+  MemberTimer<ServerConnection, &ServerConnection::OnTimer> timer_;
   std::unique_ptr<Timer> request_timer_;  // request_timeout; created when first needed
   std::unique_ptr<Timer> resume_timer_;   // see ResumeSoon; created when first needed
-  bool stream_active_ = false;
-  bool request_complete_ = false;
-  bool request_has_body_ = false;
-  bool response_started_ = false;
-  bool response_chunked_ = false;
-  bool response_no_body_ = false;
-  bool close_after_response_ = false;
-  bool processing_ = false;
-  bool closed_ = false;
-  bool upstream_backpressure_ = false;
-  bool drain_ = false;
-  bool stream_was_active_at_close_ = false;
-  bool upgraded_ = false;  // a 101 went out: the connection is a byte tunnel now
-  uint32_t requests_ = 0;
   uint64_t stream_idle_ms_ = 0;  // this stream's idle timeout (the listener's, or the route's)
+  uint32_t requests_ = 0;
+  // The client's address without the port (in_addr or in6_addr by peer_family_); remote_ip()
+  // formats it for each request's x-forwarded-for.
+  uint8_t peer_family_ = 0;
+  uint8_t peer_addr_[16] = {};
+  bool stream_active_ : 1;
+  bool request_complete_ : 1;
+  bool request_has_body_ : 1;
+  bool response_started_ : 1;
+  bool response_chunked_ : 1;
+  bool response_no_body_ : 1;
+  bool close_after_response_ : 1;
+  bool processing_ : 1;
+  bool closed_ : 1;
+  bool upstream_backpressure_ : 1;
+  bool drain_ : 1;
+  bool stream_was_active_at_close_ : 1;
+  bool upgraded_ : 1;  // a 101 went out: the connection is a byte tunnel now
 };
 
 }  // namespace rpx

@@ -45,7 +45,7 @@ class ResponseEncoder {
   // `bytes` of the body reached the client through SpliceTarget() (keeps the stream alive).
   virtual void OnDataSpliced(uint64_t bytes) {}
   virtual bool response_started() const = 0;
-  virtual const std::string& remote_ip() const = 0;  // the client's address, without the port
+  virtual std::string remote_ip() const = 0;  // the client's address, without the port
   virtual bool is_tls() const = 0;
 };
 

@@ -170,7 +170,7 @@ void RouterStream::RewriteRequest(RequestHead& head, const VirtualHostEntry& vh,
   }
   const HttpConfig& config = router_.config();
   if (!config.skip_xff_append) {
-    const std::string& ip = encoder_.remote_ip();
+    std::string ip = encoder_.remote_ip();
     if (const std::string* xff = h.Get("x-forwarded-for")) {
       h.Set("x-forwarded-for", absl::StrCat(*xff, ", ", ip));
     } else {

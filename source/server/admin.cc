@@ -49,20 +49,32 @@ Admin::~Admin() {
   listener_.reset();
 }
 
+class Admin::AdminConnection final : public ServerConnection {
+ public:
+  AdminConnection(Admin& admin, std::unique_ptr<Connection> conn, const SocketAddress& peer)
+      : ServerConnection(std::move(conn), admin.http_config_, admin.http_config_->stats[0], admin,
+                         peer),
+        admin_(admin) {}
+
+ private:
+  void OnClosed() override { admin_.OnConnectionClosed(this); }
+  Admin& admin_;
+};
+
 void Admin::Start(int fd) {
   listener_ = std::make_unique<Listener>(dispatcher_, fd, [this](int cfd, const SocketAddress& peer) {
     auto conn = std::make_unique<Connection>(dispatcher_, cfd, false, 1024 * 1024);
-    auto sc = std::make_unique<ServerConnection>(
-        std::move(conn), http_config_, http_config_->stats[0], *this, peer,
-        [this](ServerConnection* c) {
-          auto it = connections_.find(c);
-          if (it == connections_.end()) return;
-          dispatcher_.DeferredDelete(std::move(it->second));
-          connections_.erase(it);
-        });
+    auto sc = std::make_unique<AdminConnection>(*this, std::move(conn), peer);
     ServerConnection* raw = sc.get();
     connections_.emplace(raw, std::move(sc));
   });
+}
+
+void Admin::OnConnectionClosed(ServerConnection* c) {
+  auto it = connections_.find(c);
+  if (it == connections_.end()) return;
+  dispatcher_.DeferredDelete(std::move(it->second));
+  connections_.erase(it);
 }
 
 std::unique_ptr<StreamHandler> Admin::CreateStream(ResponseEncoder& encoder) {

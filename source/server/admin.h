@@ -45,6 +45,9 @@ class Admin : public StreamHandlerFactory {
   std::string Handle(const RequestHead& head, int* status, std::string* content_type);
 
  private:
+  class AdminConnection;
+  void OnConnectionClosed(ServerConnection* c);
+
   Dispatcher& dispatcher_;
   const ServerConfig& config_;
   uint32_t concurrency_;

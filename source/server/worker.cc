@@ -42,6 +42,7 @@ void Worker::AddListener(std::shared_ptr<const ListenerConfig> config, int fd) {
 void Worker::AddListenerNow(std::shared_ptr<const ListenerConfig> config, int fd) {
   if (fd < 0) return;
   auto l = std::make_unique<ActiveListener>();
+  l->worker = this;
   l->config = config;
   l->router = std::make_unique<Router>(dispatcher_, config->http, config->routes, clusters_,
                                        random_, StatsFor(*config));
@@ -53,8 +54,7 @@ void Worker::AddListenerNow(std::shared_ptr<const ListenerConfig> config, int fd
     // Replaced under the same name (a new address): the old socket closes and its connections
     // drain; with none left it is freed at once.
     it->second->listener.reset();
-    std::vector<ServerConnection*> open;
-    for (auto& [c, sc] : it->second->connections) open.push_back(c);
+    std::vector<ServerConnection*> open = it->second->connections.Snapshot();
     if (!open.empty()) {
       ActiveListener* raw_old = it->second.get();
       raw_old->drain_timer = dispatcher_.CreateTimer([this, raw_old] { FinishDrain(raw_old); });
@@ -87,23 +87,21 @@ void Worker::RemoveListener(const std::string& name, uint64_t drain_ms) {
     std::unique_ptr<ActiveListener> l = std::move(it->second);
     listeners_.erase(it);
     l->listener.reset();  // stop accepting; the socket closes
-    std::vector<ServerConnection*> open;
-    for (auto& [c, sc] : l->connections) open.push_back(c);
+    std::vector<ServerConnection*> open = l->connections.Snapshot();
     ActiveListener* raw = l.get();
     if (!open.empty()) {
       l->drain_timer = dispatcher_.CreateTimer([this, raw] { FinishDrain(raw); });
       l->drain_timer->Enable(drain_ms);
       draining_.push_back(std::move(l));
     }
-    // Closing an idle connection runs its on_closed callback, which edits the map: iterate a copy.
+    // Closing an idle connection runs its OnClosed, which edits the list: iterate a copy.
     for (auto* c : open) c->CloseWhenIdle();
   });
 }
 
 void Worker::FinishDrain(ActiveListener* l) {
   // Connections still open after the drain time are closed.
-  std::vector<ServerConnection*> open;
-  for (auto& [c, sc] : l->connections) open.push_back(c);
+  std::vector<ServerConnection*> open = l->connections.Snapshot();
   for (auto* c : open) c->ResetStream();
 }
 
@@ -125,22 +123,59 @@ void Worker::OnAccept(ActiveListener& l, int fd, const SocketAddress& peer) {
     slot = LimitSlot(l.config->connection_limit);
   }
   auto conn = std::make_unique<Connection>(dispatcher_, fd, false, l.config->buffer_limit);
-  ActiveListener* lp = &l;
-  // Two pointers: the callback fits std::function's inline storage (no allocation per connection).
-  auto sc = std::make_unique<ServerConnection>(
-      std::move(conn), l.config->http, StatsFor(*l.config), *l.router, peer,
-      [this, lp](ServerConnection* c) {
-        auto it = lp->connections.find(c);
-        if (it == lp->connections.end()) return;
-        dispatcher_.DeferredDelete(std::move(it->second.connection));
-        lp->connections.erase(it);
-        // A draining listener with no connections left is freed (after this callback returns).
-        if (lp->connections.empty() && !lp->listener) {
-          dispatcher_.Post([this, lp] { FreeDrained(lp); });
-        }
-      });
-  ServerConnection* raw = sc.get();
-  l.connections.emplace(raw, OpenConnection{std::move(sc), std::move(slot)});
+  l.connections.Add(new OpenConnection(l, std::move(slot), std::move(conn), peer));
+}
+
+Worker::OpenConnection::OpenConnection(ActiveListener& listener, LimitSlot slot,
+                                       std::unique_ptr<Connection> conn, const SocketAddress& peer)
+    : ServerConnection(std::move(conn), listener.config->http,
+                       listener.worker->StatsFor(*listener.config), *listener.router, peer),
+      listener_(listener),
+      slot_(std::move(slot)) {}
+
+void Worker::OpenConnection::OnClosed() {
+  ActiveListener* l = &listener_;
+  Worker* w = l->worker;
+  l->connections.Remove(this);
+  slot_ = LimitSlot();  // the listener's limit counts open connections, not unfreed memory
+  w->dispatcher_.DeferredDelete(std::unique_ptr<DeferredDeletable>(this));
+  // A draining listener with no connections left is freed (after this callback returns).
+  if (l->connections.empty() && !l->listener) {
+    w->dispatcher_.Post([w, l] { w->FreeDrained(l); });
+  }
+}
+
+Worker::ConnectionList::~ConnectionList() {
+  while (head_ != nullptr) {
+    OpenConnection* c = head_;
+    head_ = c->next;
+    delete c;
+  }
+}
+
+void Worker::ConnectionList::Add(OpenConnection* c) {
+  c->prev = nullptr;
+  c->next = head_;
+  if (head_ != nullptr) head_->prev = c;
+  head_ = c;
+}
+
+void Worker::ConnectionList::Remove(OpenConnection* c) {
+  if (c->prev != nullptr) {
+    c->prev->next = c->next;
+  } else if (head_ == c) {
+    head_ = c->next;
+  } else {
+    return;  // not in this list
+  }
+  if (c->next != nullptr) c->next->prev = c->prev;
+  c->prev = c->next = nullptr;
+}
+
+std::vector<ServerConnection*> Worker::ConnectionList::Snapshot() const {
+  std::vector<ServerConnection*> out;
+  for (OpenConnection* c = head_; c != nullptr; c = c->next) out.push_back(c);
+  return out;
 }
 
 void Worker::Reject(int fd, uint64_t delay_ms) {

@@ -71,15 +71,45 @@ class Worker {
    private:
     std::shared_ptr<const ConnectionLimit> limit_;
   };
-  struct OpenConnection {
-    std::unique_ptr<ServerConnection> connection;
-    LimitSlot slot;
+  struct ActiveListener;
+  // A downstream connection and the worker's bookkeeping for it in one allocation: an idle
+  // keep-alive connection costs this and its Connection, no table slot or callback.
+  class OpenConnection final : public ServerConnection {
+   public:
+    OpenConnection(ActiveListener& listener, LimitSlot slot, std::unique_ptr<Connection> conn,
+                   const SocketAddress& peer);
+    OpenConnection* prev = nullptr;  // links of the listener's ConnectionList
+    OpenConnection* next = nullptr;
+
+   private:
+    // Unlinks, gives the limit slot back and defer-deletes itself.
+    void OnClosed() override;
+    ActiveListener& listener_;
+    LimitSlot slot_;
+  };
+  // A listener's open connections, owned: an intrusive list, so adding and removing one
+  // allocates nothing. Destroying the list destroys them.
+  class ConnectionList {
+   public:
+    ConnectionList() = default;
+    ConnectionList(const ConnectionList&) = delete;
+    ConnectionList& operator=(const ConnectionList&) = delete;
+    ~ConnectionList();
+    void Add(OpenConnection* c);
+    void Remove(OpenConnection* c);  // the caller owns `c` again
+    bool empty() const { return head_ == nullptr; }
+    // A copy to iterate while closing them (closing one removes it).
+    std::vector<ServerConnection*> Snapshot() const;
+
+   private:
+    OpenConnection* head_ = nullptr;
   };
   struct ActiveListener {
+    Worker* worker = nullptr;
     std::shared_ptr<const ListenerConfig> config;
     std::unique_ptr<Listener> listener;
     std::unique_ptr<Router> router;
-    absl::flat_hash_map<ServerConnection*, OpenConnection> connections;
+    ConnectionList connections;
     std::unique_ptr<Timer> drain_timer;
   };
   void AddListenerNow(std::shared_ptr<const ListenerConfig> config, int fd);

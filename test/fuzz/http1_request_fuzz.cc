@@ -391,6 +391,20 @@ void DrainPeer(int fd, std::string* out) {
   }
 }
 
+// Records the close (the hook a ServerConnection's owner overrides).
+class ClosedFlagConnection : public ServerConnection {
+ public:
+  ClosedFlagConnection(std::unique_ptr<Connection> conn, std::shared_ptr<const HttpConfig> config,
+                       HttpStats& stats, StreamHandlerFactory& factory, const SocketAddress& peer,
+                       bool* closed)
+      : ServerConnection(std::move(conn), std::move(config), stats, factory, peer),
+        closed_(closed) {}
+
+ private:
+  void OnClosed() override { *closed_ = true; }
+  bool* closed_;
+};
+
 void DriveServerConnection(const uint8_t* data, size_t size, const std::vector<size_t>& cuts,
                            uint32_t max_headers_kb, uint32_t max_headers, Choices& choices,
                            const Transcript& expected) {
@@ -407,8 +421,7 @@ void DriveServerConnection(const uint8_t* data, size_t size, const std::vector<s
   auto conn = std::make_unique<Connection>(Loop(), fds[0], false, config->buffer_limit);
   Connection* raw = conn.get();
   bool closed = false;
-  auto* sc = new ServerConnection(std::move(conn), config, stats, driver, *peer,
-                                  [&closed](ServerConnection*) { closed = true; });
+  auto* sc = new ClosedFlagConnection(std::move(conn), config, stats, driver, *peer, &closed);
   std::string out;
   size_t drain_at = choices.Below(8) == 0 ? choices.Below(cuts.size() + 1) : ~size_t{0};
   bool stuck = false;
