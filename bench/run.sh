@@ -188,7 +188,7 @@ STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 RAW="$OUT_DIR/raw/$STAMP"
 mkdir -p "$RAW" "$TMP/www"
 RESULTS_TSV="$RAW/results.tsv"
-printf 'proxy\trow\trun\treq_s\tp99_ms\trequests\tnon2xx\tsock_err\ttw_upstream\ttw_total\trss_kib\tcpu_us_per_req\torigin_cpu_us_per_req\ttransfer_per_s\tother_cpu_pct\tproxy_cpu_pct\n' >"$RESULTS_TSV"
+printf 'proxy\trow\trun\treq_s\tp99_ms\trequests\tnon2xx\tsock_err\ttw_upstream\ttw_total\trss_kib\tcpu_us_per_req\torigin_cpu_us_per_req\ttransfer_per_s\tother_cpu_pct\tproxy_cpu_pct\tcpu1_us_per_req\n' >"$RESULTS_TSV"
 
 printf 'hello from the rpx benchmark\n' >"$TMP/www/small.txt"          # 29 bytes
 {
@@ -401,6 +401,9 @@ rss_kib() {  # sum of VmRSS over the group
 
 # Busy ticks of the whole machine (all CPUs) from /proc/stat: user nice system irq softirq steal.
 machine_busy_ticks() { awk '$1 == "cpu" {print $2 + $3 + $4 + $7 + $8 + $9; exit}' /proc/stat; }
+# The same for CPU 1 alone, where wrk and the origin run: what a proxy costs the load side per
+# request (its wakeups, the kernel work its sockets cause there) decides req/s when CPU 1 is full.
+cpu1_busy_ticks() { awk '$1 == "cpu1" {print $2 + $3 + $4 + $7 + $8 + $9; exit}' /proc/stat; }
 # CPU ticks of this script's reaped children (wrk, ss, awk...), from the "times" builtin, which
 # must run in this shell (not in a $(...) subshell): children_ticks VAR sets VAR.
 children_ticks() {
@@ -572,10 +575,10 @@ measure() {
   if [ "$WARMUP_S" -gt 0 ]; then run_wrk "$conns" "$WARMUP" "$url" "$RAW/wrk.$name.$row.run$run.warmup.txt" "$hdr"; fi
   tw_snapshot >"$twb"
   local t0 t1; t0=$(date +%s%N)
-  local c0 o0 c1 o1 m0 m1 k0 k1 w0 w1
-  c0=$(cpu_ticks "$pid"); o0=$(cpu_ticks "$ORIGIN_PID"); children_ticks k0; m0=$(machine_busy_ticks); w0=$(date +%s%N)
+  local c0 o0 c1 o1 m0 m1 k0 k1 w0 w1 l0 l1
+  c0=$(cpu_ticks "$pid"); o0=$(cpu_ticks "$ORIGIN_PID"); children_ticks k0; m0=$(machine_busy_ticks); l0=$(cpu1_busy_ticks); w0=$(date +%s%N)
   run_wrk "$conns" "$DURATION" "$url" "$out" "$hdr"
-  m1=$(machine_busy_ticks); w1=$(date +%s%N); c1=$(cpu_ticks "$pid"); o1=$(cpu_ticks "$ORIGIN_PID"); children_ticks k1
+  m1=$(machine_busy_ticks); l1=$(cpu1_busy_ticks); w1=$(date +%s%N); c1=$(cpu_ticks "$pid"); o1=$(cpu_ticks "$ORIGIN_PID"); children_ticks k1
   # CPU used by anything else on the machine during the run, in % of one CPU (a build, a
   # compiler...). A few % is kernel work not charged to any process; more means noisy numbers.
   local own=$(( c1 - c0 + k1 - k0 )) other
@@ -592,13 +595,14 @@ measure() {
   read -r tw_total tw_up < <(tw_new "$twb" "$twa" $(( (t1 - t0) / 1000000 )))
   local rps p99 req non2xx sock xfer
   read -r rps p99 req non2xx sock xfer < <(parse_wrk "$out")
-  local cpu_us ocpu_us
+  local cpu_us ocpu_us lcpu_us
+  lcpu_us=$(awk -v d=$((l1 - l0)) -v t="$CLK_TCK" -v n="$req" 'BEGIN{ if (n+0 > 0) printf "%.2f", d * 1e6 / t / n; else print "NA" }')
   cpu_us=$(awk -v d=$((c1 - c0)) -v t="$CLK_TCK" -v n="$req" 'BEGIN{ if (n+0 > 0) printf "%.2f", d * 1e6 / t / n; else print "NA" }')
   ocpu_us=$(awk -v d=$((o1 - o0)) -v t="$CLK_TCK" -v n="$req" 'BEGIN{ if (n+0 > 0) printf "%.2f", d * 1e6 / t / n; else print "NA" }')
   if [ "$name" = direct ]; then rss="NA"; cpu_us="NA"; busy_pct="NA"; fi
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$row" "$run" "$rps" "$p99" "$req" \
-    "$non2xx" "$sock" "$tw_up" "$tw_total" "$rss" "$cpu_us" "$ocpu_us" "$xfer" "$other" "$busy_pct" >>"$RESULTS_TSV"
-  log "  $name $row run $run: ${rps} req/s, p99 ${p99} ms, non2xx $non2xx, sockerr $sock, TW up/total $tw_up/$tw_total, RSS ${rss} KiB, CPU ${cpu_us} us/req (${busy_pct}% of its CPU), other CPU ${other}%"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$row" "$run" "$rps" "$p99" "$req" \
+    "$non2xx" "$sock" "$tw_up" "$tw_total" "$rss" "$cpu_us" "$ocpu_us" "$xfer" "$other" "$busy_pct" "$lcpu_us" >>"$RESULTS_TSV"
+  log "  $name $row run $run: ${rps} req/s, p99 ${p99} ms, non2xx $non2xx, sockerr $sock, TW up/total $tw_up/$tw_total, RSS ${rss} KiB, CPU ${cpu_us} us/req (${busy_pct}% of its CPU), CPU 1 ${lcpu_us} us/req, other CPU ${other}%"
   [ "$rps" != NA ] || { log "  wrk output:"; tail -n 5 "$out" >&2 || true; }
 }
 

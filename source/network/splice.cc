@@ -1,9 +1,12 @@
 #include "source/network/splice.h"
 
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -18,6 +21,7 @@ std::atomic<bool> g_enabled{true};
 // Bigger pipes mean fewer splice calls per body; 256 KiB is below the unprivileged
 // /proc/sys/fs/pipe-max-size (1 MiB) default.
 constexpr int kPipeSize = 256 * 1024;
+constexpr int kSinkNotsentLowat = 128 * 1024;
 // Empty pipes kept per worker thread for the next body (two descriptors each).
 constexpr size_t kMaxPooledPipes = 16;
 
@@ -97,24 +101,40 @@ Splicer::~Splicer() {
   ReturnPipe(Pipe{pipe_r_, pipe_w_, pipe_size_}, in_pipe_ == 0);
 }
 
+void Splicer::RestoreSocketOptions() {
+  // The client connection carries on with ordinary writes.
+  if (sink_ && !sink_->closed()) {
+    int notsent = 0;  // the system default (net.ipv4.tcp_notsent_lowat)
+    ::setsockopt(sink_->fd(), IPPROTO_TCP, TCP_NOTSENT_LOWAT, &notsent, sizeof(notsent));
+  }
+}
+
 void Splicer::Detach() {
+  RestoreSocketOptions();
   if (source_) source_->SetSpliceSource(nullptr);
   if (sink_) sink_->SetSpliceSink(nullptr);
   source_ = sink_ = nullptr;
 }
 
 void Splicer::Start() {
+  // Keep at most this much of the body unsent in the client socket; the rest waits in the pipe.
+  // Without it the socket's send buffer autotunes to megabytes, and each ACK from the client
+  // then transmits the queued data from the client's side: on one host, the client's CPU ends
+  // up doing the proxy's sending (the 4 MiB benchmark row ran at 0.6x the origin's own speed).
+  int notsent = kSinkNotsentLowat;
+  ::setsockopt(sink_->fd(), IPPROTO_TCP, TCP_NOTSENT_LOWAT, &notsent, sizeof(notsent));
   source_->SetSpliceSource(this);
   sink_->SetSpliceSink(this);
-  Pump();
+  Pump(/*source_event=*/true);
 }
 
-void Splicer::OnSpliceReadable() { Pump(); }
-void Splicer::OnSpliceWritable() { Pump(); }
+void Splicer::OnSpliceReadable() { Pump(/*source_event=*/true); }
+void Splicer::OnSpliceWritable() { Pump(/*source_event=*/false); }
 
 void Splicer::OnSpliceConnectionClosed() {
   // Called from inside the closing connection: forget both before reporting.
   bool source_closed = source_ && source_->closed();
+  RestoreSocketOptions();
   if (source_ && !source_->closed()) source_->SetSpliceSource(nullptr);
   if (sink_ && !sink_->closed()) sink_->SetSpliceSink(nullptr);
   source_ = sink_ = nullptr;
@@ -129,20 +149,26 @@ void Splicer::Fail(const std::string& detail) {
   callbacks_.OnSpliceFailed(detail);  // may delete this
 }
 
-void Splicer::Pump() {
+void Splicer::Pump(bool source_event) {
   if (finished_ || pumping_) return;
   pumping_ = true;
   bool destroyed = false;
   destroyed_ = &destroyed;
   uint64_t moved_total = 0;
+  // A short or EAGAIN splice means that side is done for this wakeup: not asking it again saves
+  // a syscall (splice calls are most of the cost of a spliced body); level-triggered readiness
+  // reports anything that changes meanwhile.
+  bool source_dry = false, sink_full = false;
   while (true) {
-    uint64_t before = in_pipe_ + to_read_;
-    if (!FillPipe()) return;  // Fail() ran; `this` may be gone
+    if (!source_dry && !FillPipe(source_event, &source_dry))
+      return;  // Fail() ran; `this` may be gone
     uint64_t pipe_before = in_pipe_;
-    if (!DrainPipe()) return;
+    if (!sink_full && !DrainPipe(&sink_full)) return;
     moved_total += pipe_before - in_pipe_;
-    if (to_read_ == 0 && in_pipe_ == 0) break;
-    if (in_pipe_ + to_read_ == before) break;  // no progress: wait for readiness
+    bool can_fill = !source_dry && to_read_ > 0 && in_pipe_ < pipe_size_;
+    bool can_drain = !sink_full && in_pipe_ > 0;
+    if (!can_fill && !can_drain) break;
+    if (pipe_before == in_pipe_ && !can_fill) break;  // the sink took nothing more
   }
   // Readiness wanted: the source while there is room and bytes to take, the sink while the
   // pipe holds bytes.
@@ -161,7 +187,7 @@ void Splicer::Pump() {
   }
 }
 
-bool Splicer::FillPipe() {
+bool Splicer::FillPipe(bool source_event, bool* dry) {
   while (to_read_ > 0 && in_pipe_ < pipe_size_ && source_) {
     size_t want = static_cast<size_t>(std::min<uint64_t>(to_read_, pipe_size_ - in_pipe_));
     ssize_t n =
@@ -169,13 +195,20 @@ bool Splicer::FillPipe() {
     if (n > 0) {
       to_read_ -= n;
       in_pipe_ += n;
+      if (static_cast<size_t>(n) < want) {
+        *dry = true;
+        break;
+      }
       continue;
     }
-    if (n < 0 && (errno == EAGAIN || errno == EINTR)) break;
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+      *dry = true;
+      break;
+    }
     FailReading(n);
     return false;
   }
-  if (to_read_ > 0 && in_pipe_ >= pipe_size_ && source_) {
+  if (source_event && to_read_ > 0 && in_pipe_ >= pipe_size_ && source_) {
     // The pipe is full, so the source is not read; still notice a reset or an early EOF (a
     // hang-up is reported whatever the interest, and would otherwise be reported forever).
     char c;
@@ -196,17 +229,25 @@ void Splicer::FailReading(ssize_t n) {
               : absl::StrCat("reading the upstream failed: ", std::strerror(errno)));
 }
 
-bool Splicer::DrainPipe() {
+bool Splicer::DrainPipe(bool* full) {
   // The sink's own buffer (the head) goes first.
   if (!sink_ || !sink_->write_buffer().empty()) return true;
   while (in_pipe_ > 0) {
     ssize_t n = ::splice(pipe_r_, nullptr, sink_->fd(), nullptr, in_pipe_,
                          SPLICE_F_MOVE | SPLICE_F_NONBLOCK | (to_read_ > 0 ? SPLICE_F_MORE : 0));
     if (n > 0) {
+      bool partial = static_cast<uint64_t>(n) < in_pipe_;
       in_pipe_ -= n;
+      if (partial) {
+        *full = true;
+        break;
+      }
       continue;
     }
-    if (n < 0 && (errno == EAGAIN || errno == EINTR)) break;
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+      *full = true;
+      break;
+    }
     pumping_ = false;
     destroyed_ = nullptr;
     Fail(absl::StrCat("writing to the client failed: ",

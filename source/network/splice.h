@@ -2,6 +2,9 @@
 // with splice(2), so a large body never enters userspace (HAProxy's kernel splicing; nginx and
 // Envoy copy). Used for plaintext HTTP/1 bodies of known length once their head is forwarded.
 //
+// While splicing, the sink holds little unsent data (TCP_NOTSENT_LOWAT, reset when done). No
+// SO_RCVLOWAT on the source: an upstream that pauses mid-body must not hold back what it sent.
+//
 // Ordering: bytes already in the sink's write buffer (the response head) go out first; the
 // splicer writes only while that buffer is empty. Backpressure is the pipe: a sink that does not
 // drain stops reads from the source once the pipe is full, so memory stays at one pipe.
@@ -54,12 +57,16 @@ class Splicer : public SpliceHandler {
  private:
   Splicer(Connection& source, Connection& sink, uint64_t length, SplicerCallbacks& callbacks,
           int pipe_r, int pipe_w, size_t pipe_size);
-  void Pump();
-  bool FillPipe();   // false: failed (callback made)
-  bool DrainPipe();  // false: failed (callback made)
+  // source_event: called for an event on the source (which may be a hang-up to notice).
+  void Pump(bool source_event);
+  // Both return false when they failed (the callback was made); *dry / *full are set when the
+  // source had no more bytes / the sink took no more.
+  bool FillPipe(bool source_event, bool* dry);
+  bool DrainPipe(bool* full);
   void Fail(const std::string& detail);
   void FailReading(ssize_t n);  // the source read returned `n` (0: EOF, <0: errno is set)
   void Detach();
+  void RestoreSocketOptions();  // undoes what splicing set on the sockets still open
 
   Connection* source_;
   Connection* sink_;

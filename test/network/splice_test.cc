@@ -4,9 +4,12 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <condition_variable>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -120,10 +123,57 @@ TEST_F(SpliceTest, MovesExactlyTheLengthAfterTheHead) {
   EXPECT_EQ(rec_.progress, kLen);
   EXPECT_EQ(got.substr(0, 8), "HEAD\r\n\r\n");
   EXPECT_TRUE(got.substr(8) == body) << "spliced body differs";
+  // The client connection is not left held to a small unsent limit.
+  int v = -1;
+  socklen_t vl = sizeof(v);
+  ASSERT_EQ(getsockopt(down_.ours, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &v, &vl), 0);
+  EXPECT_EQ(v, 0);
   // The bytes after the body were not taken: the connection reads them itself again.
   splicer_.reset();
   ASSERT_TRUE(d_.RunUntil([&] { return rec_.data.size() >= 4; }, 5000));
   EXPECT_EQ(rec_.data, "NEXT");
+}
+
+// An upstream that pauses mid-body (here until the client has the first 200 KiB) must not have
+// what it already sent held back, e.g. by a receive low-water mark (SO_RCVLOWAT) on its socket.
+TEST_F(SpliceTest, BytesSentBeforeAPauseReachTheClient) {
+  const size_t kFirst = 200 * 1024, kLast = 100 * 1024;
+  std::string body = Pattern(kFirst + kLast, 3);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool first_seen = false;
+  std::thread writer([&] {
+    WriteAll(up_.peer, body.substr(0, kFirst));
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return first_seen; });
+    lock.unlock();
+    WriteAll(up_.peer, body.substr(kFirst));
+  });
+  std::string got;
+  std::thread reader([&] {
+    got = ReadExactly(down_.peer, kFirst);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      first_seen = true;
+    }
+    cv.notify_one();
+    got += ReadExactly(down_.peer, kLast);
+  });
+  splicer_ = Splicer::Create(*source_, *sink_, kFirst + kLast, rec_);
+  ASSERT_TRUE(splicer_);
+  splicer_->Start();
+  bool finished = d_.RunUntil([&] { return rec_.done || !rec_.failed.empty(); }, 20000);
+  if (!finished) shutdown(down_.peer, SHUT_RDWR);  // unblock the threads before failing
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    first_seen = true;
+  }
+  cv.notify_one();
+  reader.join();
+  writer.join();
+  ASSERT_TRUE(finished) << splicer_->remaining() << " bytes were never moved";
+  EXPECT_EQ(rec_.failed, "");
+  EXPECT_TRUE(got == body) << "spliced body differs";
 }
 
 TEST_F(SpliceTest, AClientThatDoesNotReadStopsTheSource) {
