@@ -148,6 +148,7 @@ Dispatcher::Dispatcher(std::string name) : name_(std::move(name)) {
 }
 
 Dispatcher::~Dispatcher() {
+  EndOrphans();
   ClearDeferred();
   close(wake_fd_);
   close(epoll_fd_);
@@ -216,6 +217,14 @@ void Dispatcher::RunFlushes() {
   flush_.clear();
 }
 
+void Dispatcher::EndOrphans() {
+  while (!orphans_.empty()) {
+    DeferredDeletable* o = *orphans_.begin();
+    orphans_.erase(orphans_.begin());
+    delete o;
+  }
+}
+
 void Dispatcher::ClearDeferred() {
   // Deleting one object may defer-delete others; loop until empty.
   while (!deferred_.empty()) {
@@ -272,6 +281,7 @@ void Dispatcher::Run() {
   while (!exit_.load(std::memory_order_relaxed)) RunOnce(-1);
   RunPosted();
   RunFlushes();
+  EndOrphans();
   ClearDeferred();
 }
 

@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 namespace rpx {
@@ -124,6 +125,11 @@ class Dispatcher {
   void DeferredDelete(std::unique_ptr<DeferredDeletable> obj);
   // `f` must stay alive until the end of the current batch (deferred deletion guarantees that).
   void ScheduleFlush(Flushable* f) { flush_.push_back(f); }
+  // An orphan outlives its owner and frees itself later (a connection still flushing or lingering
+  // when its owner went away). It must be forgotten before it frees itself; whatever is left
+  // when the dispatcher shuts down is deleted then, instead of leaking.
+  void AdoptOrphan(DeferredDeletable* o) { orphans_.insert(o); }
+  void ForgetOrphan(DeferredDeletable* o) { orphans_.erase(o); }
 
   // Thread-safe: runs `fn` on the dispatcher's thread soon. Used for config updates and shutdown,
   // never on the request path.
@@ -158,6 +164,7 @@ class Dispatcher {
   void ClearDeferred();
   void RunFlushes();
   void RunOnce(int max_wait_ms);
+  void EndOrphans();
 
   std::string name_;
   int epoll_fd_;
@@ -168,6 +175,7 @@ class Dispatcher {
   uint64_t next_timer_seq_ = 0;
   std::vector<std::unique_ptr<DeferredDeletable>> deferred_;
   std::vector<Flushable*> flush_;
+  std::unordered_set<DeferredDeletable*> orphans_;  // connections closing without an owner: few
   std::mutex post_mu_;
   std::vector<std::function<void()>> posted_;
   std::atomic<uint64_t> thread_id_{0};

@@ -52,6 +52,8 @@ Connection::Connection(Dispatcher& dispatcher, int fd, bool connecting, uint32_t
 }
 
 Connection::~Connection() {
+  // Deleted while still an orphan only by a dispatcher shutting down (it forgot us already).
+  self_owned_ = false;
   if (state_ != State::kClosed) CloseNow(ConnectionEvent::kLocalClose, false);
 }
 
@@ -279,7 +281,8 @@ void Connection::Release(std::unique_ptr<Connection> conn) {
   if (!conn) return;
   if (conn->state_ == State::kClosingAfterFlush || conn->state_ == State::kLingering) {
     conn->self_owned_ = true;
-    conn.release();  // deletes itself (deferred) in CloseNow
+    Connection* c = conn.release();  // deletes itself (deferred) in CloseNow
+    c->dispatcher().AdoptOrphan(c);
     return;
   }
   // Owners are themselves freed outside event dispatch (deferred), so closing now is safe.
@@ -350,6 +353,7 @@ void Connection::CloseNow(ConnectionEvent event, bool notify) {
   if (notify && cb) cb->OnEvent(event);
   if (self_owned_) {
     self_owned_ = false;
+    dispatcher().ForgetOrphan(this);
     dispatcher().DeferredDelete(std::unique_ptr<DeferredDeletable>(this));
   }
 }

@@ -14,31 +14,10 @@
 #include <thread>
 
 #include "gtest/gtest.h"
+#include "test/test_common/tcp_pair.h"
 
 namespace rpx {
 namespace {
-
-// A connected TCP pair: `ours` is non-blocking (for a Connection), `peer` blocking (the test's).
-struct TcpPair {
-  int ours = -1, peer = -1;
-};
-
-TcpPair MakePair() {
-  int l = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(bind(l, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  EXPECT_EQ(listen(l, 1), 0);
-  socklen_t len = sizeof(a);
-  getsockname(l, reinterpret_cast<sockaddr*>(&a), &len);
-  TcpPair p;
-  p.peer = socket(AF_INET, SOCK_STREAM, 0);
-  EXPECT_EQ(connect(p.peer, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  p.ours = accept4(l, nullptr, nullptr, SOCK_NONBLOCK);
-  close(l);
-  return p;
-}
 
 std::string Pattern(size_t n, size_t offset = 0) {
   std::string s(n, '\0');
@@ -84,8 +63,8 @@ struct Recorder : public SplicerCallbacks, public ConnectionCallbacks {
 class SpliceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    up_ = MakePair();
-    down_ = MakePair();
+    up_ = MakeTcpPair();
+    down_ = MakeTcpPair();
     source_ = std::make_unique<Connection>(d_, up_.ours, false, 1 << 20);
     sink_ = std::make_unique<Connection>(d_, down_.ours, false, 1 << 20);
     source_->SetCallbacks(&rec_);
