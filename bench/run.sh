@@ -11,7 +11,8 @@
 #                     close-c200 (30 B, every request on a new connection: Connection: close)
 #   PROXIES="..."     subset of proxies, default: rpx nginx nginx-best haproxy; also available:
 #                     rpx-10kvh (10,000 more virtual hosts in the table), rpx-2w (2 workers on both
-#                     CPUs, the second shared with wrk and the origin)
+#                     CPUs, the second shared with wrk and the origin), haproxy-bp (HAProxy with
+#                     `busy-polling`: it polls instead of sleeping)
 #   DIRECT=1          also run the "direct to origin" baseline for 4MiB-c10 (0 = skip)
 #   DIRECT_WRK_CPU=1  CPU for wrk in the direct row (1 = shares the origin's CPU, as in proxied rows;
 #                     0 = the CPU the proxy would use, so wrk and origin each get one)
@@ -68,7 +69,7 @@ log() { echo "[bench $(date +%H:%M:%S)] $*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
 for r in $ROWS; do [ -n "${ROW_PATH[$r]+x}" ] || die "unknown row '$r' (known: $ALL_ROWS)"; done
-KNOWN_PROXIES="$ALL_PROXIES rpx-10kvh rpx-2w"
+KNOWN_PROXIES="$ALL_PROXIES rpx-10kvh rpx-2w haproxy-bp"
 for p in $PROXIES; do case " $KNOWN_PROXIES " in *" $p "*) ;; *) die "unknown proxy '$p' (known: $KNOWN_PROXIES)";; esac; done
 [[ "$RUNS" =~ ^[1-9][0-9]*$ ]] || die "RUNS must be a positive integer"
 
@@ -279,10 +280,12 @@ EOF
   } >"$1/nginx.conf"
 }
 
-write_haproxy_conf() {  # $1 dir $2 port
+write_haproxy_conf() {  # $1 dir $2 port [$3 = 1: busy-polling]
+  local bp=""
+  if [ "${3:-0}" = 1 ]; then bp=$'\n  busy-polling'; fi
   cat >"$1/haproxy.cfg" <<EOF
 global
-  nbthread 1
+  nbthread 1$bp
   maxconn $HAPROXY_MAXCONN
   pidfile $1/haproxy.pid
 
@@ -506,8 +509,10 @@ start_proxy() {  # $1 name; sets PROXY_PID, PROXY_PORT; returns 1 if it cannot b
         { cat "$dir/configtest.log" >&2; log "SKIP $name: config invalid"; return 1; }
       taskset -c 0 nginx -p "$dir" -c "$dir/nginx.conf" -e "$dir/error.log" >"$dir/stdout.log" 2>&1 &
       ;;
-    haproxy)
-      write_haproxy_conf "$dir" "$PROXY_PORT"
+    haproxy|haproxy-bp)
+      local hbp=0
+      if [ "$name" = haproxy-bp ]; then hbp=1; fi
+      write_haproxy_conf "$dir" "$PROXY_PORT" "$hbp"
       haproxy -c -q -f "$dir/haproxy.cfg" >"$dir/configtest.log" 2>&1 ||
         { cat "$dir/configtest.log" >&2; log "SKIP haproxy: config invalid"; return 1; }
       taskset -c 0 haproxy -db -f "$dir/haproxy.cfg" >"$dir/stdout.log" 2>&1 &
