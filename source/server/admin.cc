@@ -141,6 +141,7 @@ std::string Admin::StatsText() const {
     RPX_CLUSTER_STAT(upstream_rq_pending_overflow)
     RPX_CLUSTER_STAT(upstream_rq_timeout)
     RPX_CLUSTER_STAT(upstream_rq_reset)
+    RPX_CLUSTER_STAT(upstream_cx_kept_after_reset)
     RPX_CLUSTER_STAT(upstream_rq_body_spliced)
     RPX_CLUSTER_STAT(upstream_rq_2xx)
     RPX_CLUSTER_STAT(upstream_rq_3xx)

@@ -91,6 +91,7 @@ struct alignas(64) ClusterStats {
   Counter upstream_rq_pending_overflow;
   Counter upstream_rq_timeout;
   Counter upstream_rq_reset;
+  Counter upstream_cx_kept_after_reset;  // abandoned responses read to the end, connection reused
   Counter upstream_rq_body_spliced;  // response bodies moved with splice(2), never copied
   Counter upstream_rq_2xx, upstream_rq_3xx, upstream_rq_4xx, upstream_rq_5xx;
 };

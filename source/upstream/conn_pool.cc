@@ -9,6 +9,10 @@ namespace rpx {
 namespace {
 // How soon a pool starved by the cluster-wide connection limit looks again for a free slot.
 constexpr uint64_t kStarvedRetryMs = 5;
+// An abandoned request's response is read and discarded to keep the connection if it ends
+// within this time and this many bytes; bigger or later ones are not worth waiting for.
+constexpr uint64_t kDiscardMs = 1000;
+constexpr uint64_t kDiscardMaxBytes = 256 * 1024;
 }  // namespace
 
 UpstreamClient::UpstreamClient(ConnPool& pool, std::unique_ptr<Connection> conn)
@@ -27,6 +31,8 @@ UpstreamClient::UpstreamClient(ConnPool& pool, std::unique_ptr<Connection> conn)
       conn_->Close(Connection::CloseType::kNoFlush, false);
       state_ = State::kClosed;
       pool_.OnClientClosed(this);
+    } else if (state_ == State::kBusy && discarding_) {
+      CloseAbandoned();
     }
   });
 }
@@ -47,6 +53,8 @@ void UpstreamClient::StartRequest(ResponseDecoder* decoder, const RequestHead& h
   tunnel_ = false;
   unexpected_101_ = false;
   request_chunked_ = head.chunked;
+  discarding_ = false;
+  discarded_bytes_ = 0;
   parser_.set_expect_no_body(head.method == std::string_view("HEAD"));
   ++requests_;
   Buffer& out = conn_->write_buffer();
@@ -99,10 +107,27 @@ void UpstreamClient::SendData(const char* data, size_t len, bool end_stream) {
 }
 
 void UpstreamClient::Reset() {
-  if (state_ != State::kBusy) return;
-  splicer_.reset();
+  if (state_ != State::kBusy || discarding_) return;
   decoder_ = nullptr;
   pool_.stats().upstream_rq_reset.Inc();
+  // (Bytes already buffered would need parsing here, inside the caller's cleanup: rare, so such
+  // a connection is simply closed.)
+  if (request_complete_ && !splicer_ && !upgrade_requested_ && !tunnel_ &&
+      conn_->read_buffer().empty()) {
+    discarding_ = true;
+    conn_->ReadDisable(false);  // the client's backpressure no longer applies
+    timer_->Enable(kDiscardMs);
+    return;
+  }
+  splicer_.reset();
+  conn_->Close(Connection::CloseType::kNoFlush, false);
+  state_ = State::kClosed;
+  pool_.OnRequestDone(this, false);
+}
+
+void UpstreamClient::CloseAbandoned() {
+  discarding_ = false;
+  timer_->Disable();
   conn_->Close(Connection::CloseType::kNoFlush, false);
   state_ = State::kClosed;
   pool_.OnRequestDone(this, false);
@@ -114,6 +139,15 @@ void UpstreamClient::OnData(Buffer& in) {
     conn_->Close(Connection::CloseType::kNoFlush, false);
     state_ = State::kClosed;
     pool_.OnClientClosed(this);
+    return;
+  }
+  if (discarding_) {
+    discarded_bytes_ += in.size();
+    if (discarded_bytes_ > kDiscardMaxBytes) {
+      CloseAbandoned();
+      return;
+    }
+    ParseResponse();
     return;
   }
   if (state_ != State::kBusy || decoder_ == nullptr) return;
@@ -305,8 +339,15 @@ void UpstreamClient::OnMessageComplete() {
 
 void UpstreamClient::ReleaseAfterResponse(bool stray_bytes) {
   if (state_ != State::kBusy) return;
+  bool was_discarding = discarding_;
+  if (discarding_) {
+    discarding_ = false;
+    timer_->Disable();
+  }
   if (request_complete_) {
-    pool_.OnRequestDone(this, response_keep_alive_ && !stray_bytes);
+    bool reusable = response_keep_alive_ && !stray_bytes;
+    if (was_discarding && reusable) pool_.stats().upstream_cx_kept_after_reset.Inc();
+    pool_.OnRequestDone(this, reusable);
     return;
   }
   // The upstream answered before the request body was sent (e.g. 413): the connection cannot

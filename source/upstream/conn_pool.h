@@ -70,7 +70,11 @@ class UpstreamClient : public ConnectionCallbacks,
   // Starts a request; `decoder` receives the response and must outlive it (or call Reset()).
   void StartRequest(ResponseDecoder* decoder, const RequestHead& head);
   void SendData(const char* data, size_t len, bool end_stream);
-  // Abandons the request in flight; the connection is closed (its state is unknown).
+  // Abandons the request in flight. If the request was sent whole and nothing is being spliced,
+  // the connection stays open for a short while to read and discard the response, and goes back
+  // to the pool if that response ends in time (HAProxy does the same: without it, a thousand
+  // clients hanging up mean a thousand new upstream connections at once). Otherwise, or if the
+  // response is too large or late, it is closed.
   void Reset();
   void ReadDisable(bool disable) { conn_->ReadDisable(disable); }
   const Host& host() const;
@@ -96,6 +100,7 @@ class UpstreamClient : public ConnectionCallbacks,
   void ParseResponse();
   void ReleaseAfterResponse(bool stray_bytes);
   void Fail(UpstreamResetReason reason, const std::string& detail);
+  void CloseAbandoned();  // the abandoned response could not be discarded: close
 
   ConnPool& pool_;
   std::unique_ptr<Connection> conn_;
@@ -110,6 +115,8 @@ class UpstreamClient : public ConnectionCallbacks,
   bool upgrade_requested_ = false;  // the request asked to switch protocols
   bool tunnel_ = false;             // ... and the upstream agreed (101): raw bytes both ways
   bool unexpected_101_ = false;
+  bool discarding_ = false;  // reading an abandoned request's response (see Reset)
+  uint64_t discarded_bytes_ = 0;
   uint32_t requests_ = 0;
   std::unique_ptr<Timer> timer_;  // connect timeout while connecting, idle timeout while idle
   std::unique_ptr<Splicer> splicer_;  // moving the rest of a large body (see MaybeSplice)

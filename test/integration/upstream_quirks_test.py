@@ -2,12 +2,14 @@
 stray bytes, oversized heads, early responses, clients that give up mid-request."""
 
 import os
+import socket
+import threading
 import time
 import unittest
 
-from harness import (IntegrationTestCase, bootstrap, cluster, curl, curl_multi, free_port,
-                     http_listener, http_request, make_tmpdir, remove_tmpdir, route, sha256,
-                     virtual_host, wait_until)
+from harness import (IntegrationTestCase, RawUpstream, bootstrap, cluster, curl, curl_multi,
+                     free_port, http_listener, http_request, make_tmpdir, remove_tmpdir, route,
+                     sha256, virtual_host, wait_until)
 
 
 class UpstreamQuirksTest(IntegrationTestCase):
@@ -26,8 +28,27 @@ class UpstreamQuirksTest(IntegrationTestCase):
             b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 4\r\n\r\nbig!")
         self.cookies = self.start_garbage(b"HTTP/1.1 200 OK\r\nSet-Cookie: a=1\r\n"
                                           b"Set-Cookie: b=2\r\nContent-Length: 0\r\n\r\n")
+        # A large response that comes late: too big to read for nothing once its client is gone.
+        self.big_late_closed = threading.Event()
+
+        def big_late(conn, head, rest):
+            time.sleep(0.3)
+            n = 1024 * 1024
+            conn.settimeout(5.0)
+            try:
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % n + b"x" * n)
+                while conn.recv(65536):
+                    pass
+                self.big_late_closed.set()  # EOF: rpx closed
+            except socket.timeout:
+                pass  # still open after 5 s: the test fails
+            except OSError:
+                self.big_late_closed.set()  # reset by rpx's close
+
+        self.big_late = RawUpstream("script", serve=big_late)
+        self.addCleanup(self.big_late.stop)
         self.port = free_port()
-        routes = [route("/cookies", "cookies"), route("/early-hints", "early_hints"), route("/http10", "http10"),
+        routes = [route("/big-late", "big_late"), route("/cookies", "cookies"), route("/early-hints", "early_hints"), route("/http10", "http10"),
                   route("/stray", "stray"), route("/big-head", "big_head"),
                   route("/413", "early_413"), route("/", "E", timeout="10s")]
         self.proxy = self.start_rpx(bootstrap(
@@ -35,7 +56,8 @@ class UpstreamQuirksTest(IntegrationTestCase):
             [cluster("E", self.echo.port), cluster("cookies", self.cookies.port),
              cluster("early_hints", self.early_hints.port),
              cluster("http10", self.http10.port), cluster("stray", self.stray.port),
-             cluster("big_head", self.big_head.port), cluster("early_413", self.early_413.port)]),
+             cluster("big_head", self.big_head.port), cluster("early_413", self.early_413.port),
+             cluster("big_late", self.big_late.port)]),
             concurrency=1)
 
     def url(self, path):
@@ -114,6 +136,28 @@ class UpstreamQuirksTest(IntegrationTestCase):
         r = curl(self.url("/last"))
         self.assertEqual(r.json()["path"], "/last")
         self.assertEqual(self.proxy.stat("http.ingress.downstream_rq_rx_reset"), 1)
+
+    def test_client_abort_keeps_the_upstream_connection_for_a_small_response(self):
+        # The response of an abandoned request is read and dropped, and the connection is
+        # reused, instead of one reconnect per client that hangs up.
+        c = self.raw_client(self.port)
+        c.send(http_request("GET", "/slow/0.3?aborted"))
+        wait_until(lambda: self.echo.in_flight == 1, what="the slow request at the upstream")
+        c.close()
+        self.proxy.wait_stat("cluster.E.upstream_cx_kept_after_reset", lambda v: v == 1)
+        r = curl(self.url("/after"))
+        self.assertEqual((r.status, r.json()["path"]), (200, "/after"))
+        self.assertEqual(self.proxy.stat("cluster.E.upstream_rq_reset"), 1)
+        self.assertEqual(self.proxy.stat("cluster.E.upstream_cx_total"), 1)
+
+    def test_client_abort_closes_the_upstream_connection_for_a_large_response(self):
+        c = self.raw_client(self.port)
+        c.send(http_request("GET", "/big-late"))
+        wait_until(lambda: self.big_late.request_count() == 1, what="the request at the upstream")
+        c.close()
+        self.proxy.wait_stat("cluster.big_late.upstream_rq_reset", lambda v: v == 1)
+        self.assertTrue(self.big_late_closed.wait(5.0), "rpx kept reading a 1 MiB abandoned body")
+        self.assertEqual(self.proxy.stat("cluster.big_late.upstream_cx_kept_after_reset"), 0)
 
 
 if __name__ == "__main__":

@@ -168,11 +168,66 @@ TEST_F(ConnPoolTest, ConnectFailureFailsTheWaiter) {
   EXPECT_EQ(info->resources->pending(), 0);
 }
 
-TEST_F(ConnPoolTest, ResetClosesTheConnection) {
+// A request abandoned after it was sent (its client went away): the response is read and
+// dropped, and the connection serves the next request instead of a new one being opened.
+TEST_F(ConnPoolTest, ResetReadsTheAbandonedResponseAndKeepsTheConnection) {
   auto info = MakeCluster(10, 10);
   ConnPool pool(dispatcher_, info, MakeHost(upstream_.port()), info->stats[0]);
   upstream_.Hold();
   TestRequest r;
+  r.handle = pool.NewStream(r);
+  ASSERT_TRUE(dispatcher_.RunUntil([&] { return r.ready; }, kWaitMs));
+  r.client_->Reset();
+  EXPECT_EQ(info->stats[0].upstream_rq_reset.Value(), 1u);
+  EXPECT_EQ(info->resources->connections(), 1);  // still reading the response
+  upstream_.Release();
+  ASSERT_TRUE(dispatcher_.RunUntil(
+      [&] { return info->stats[0].upstream_cx_kept_after_reset.Value() == 1; }, kWaitMs));
+  EXPECT_FALSE(r.complete);  // the abandoned request's decoder heard nothing more
+  EXPECT_FALSE(r.reset);
+  TestRequest next;
+  next.handle = pool.NewStream(next);
+  ASSERT_TRUE(dispatcher_.RunUntil([&] { return next.complete; }, kWaitMs));
+  EXPECT_EQ(next.status, 200);
+  EXPECT_EQ(info->stats[0].upstream_cx_total.Value(), 1u);
+  EXPECT_EQ(upstream_.open_connections(), 1);
+}
+
+// An abandoned request's response that does not come within the discard time: closed.
+TEST_F(ConnPoolTest, ResetClosesTheConnectionWhenTheResponseDoesNotCome) {
+  auto info = MakeCluster(10, 10);
+  ConnPool pool(dispatcher_, info, MakeHost(upstream_.port()), info->stats[0]);
+  upstream_.Hold();
+  TestRequest r;
+  r.handle = pool.NewStream(r);
+  ASSERT_TRUE(dispatcher_.RunUntil([&] { return r.ready; }, kWaitMs));
+  r.client_->Reset();
+  ASSERT_TRUE(dispatcher_.RunUntil([&] { return info->resources->connections() == 0; }, kWaitMs));
+  EXPECT_EQ(info->stats[0].upstream_cx_kept_after_reset.Value(), 0u);
+  upstream_.Release();  // (a held fake upstream notices the close only once released)
+  ASSERT_TRUE(dispatcher_.RunUntil([&] { return upstream_.open_connections() == 0; }, kWaitMs));
+}
+
+// Reset before the request was sent whole (its body still coming): the upstream waits for bytes
+// that never come, so the connection closes at once.
+TEST_F(ConnPoolTest, ResetMidRequestClosesTheConnection) {
+  auto info = MakeCluster(10, 10);
+  ConnPool pool(dispatcher_, info, MakeHost(upstream_.port()), info->stats[0]);
+  upstream_.Hold();
+  struct BodyRequest : TestRequest {
+    void OnPoolReady(UpstreamClient& client) override {
+      ready = true;
+      client_ = &client;
+      RequestHead head;
+      head.method = "POST";
+      head.path = "/";
+      head.headers.Add("host", "test");
+      head.has_content_length = true;
+      head.content_length = 10;
+      client.StartRequest(this, head);
+      client.SendData("12345", 5, false);
+    }
+  } r;
   r.handle = pool.NewStream(r);
   ASSERT_TRUE(dispatcher_.RunUntil([&] { return r.ready; }, kWaitMs));
   r.client_->Reset();
