@@ -66,6 +66,14 @@ class TestRequest : public PoolCallbacks, public ResponseDecoder {
 
 class ConnPoolTest : public ::testing::Test {
  protected:
+  // Sends `r` through `pool` to the upstream, held so that it does not answer, and abandons it.
+  void SendToHeldUpstreamAndReset(ConnPool& pool, TestRequest& r) {
+    upstream_.Hold();
+    r.handle = pool.NewStream(r);
+    ASSERT_TRUE(dispatcher_.RunUntil([&] { return r.ready; }, kWaitMs));
+    r.client_->Reset();
+  }
+
   Dispatcher dispatcher_{"test"};
   FakeUpstream upstream_;
 };
@@ -173,11 +181,8 @@ TEST_F(ConnPoolTest, ConnectFailureFailsTheWaiter) {
 TEST_F(ConnPoolTest, ResetReadsTheAbandonedResponseAndKeepsTheConnection) {
   auto info = MakeCluster(10, 10);
   ConnPool pool(dispatcher_, info, MakeHost(upstream_.port()), info->stats[0]);
-  upstream_.Hold();
   TestRequest r;
-  r.handle = pool.NewStream(r);
-  ASSERT_TRUE(dispatcher_.RunUntil([&] { return r.ready; }, kWaitMs));
-  r.client_->Reset();
+  SendToHeldUpstreamAndReset(pool, r);
   EXPECT_EQ(info->stats[0].upstream_rq_reset.Value(), 1u);
   EXPECT_EQ(info->resources->connections(), 1);  // still reading the response
   upstream_.Release();
@@ -197,11 +202,8 @@ TEST_F(ConnPoolTest, ResetReadsTheAbandonedResponseAndKeepsTheConnection) {
 TEST_F(ConnPoolTest, ResetClosesTheConnectionWhenTheResponseDoesNotCome) {
   auto info = MakeCluster(10, 10);
   ConnPool pool(dispatcher_, info, MakeHost(upstream_.port()), info->stats[0]);
-  upstream_.Hold();
   TestRequest r;
-  r.handle = pool.NewStream(r);
-  ASSERT_TRUE(dispatcher_.RunUntil([&] { return r.ready; }, kWaitMs));
-  r.client_->Reset();
+  SendToHeldUpstreamAndReset(pool, r);
   ASSERT_TRUE(dispatcher_.RunUntil([&] { return info->resources->connections() == 0; }, kWaitMs));
   EXPECT_EQ(info->stats[0].upstream_cx_kept_after_reset.Value(), 0u);
   upstream_.Release();  // (a held fake upstream notices the close only once released)
@@ -213,7 +215,6 @@ TEST_F(ConnPoolTest, ResetClosesTheConnectionWhenTheResponseDoesNotCome) {
 TEST_F(ConnPoolTest, ResetMidRequestClosesTheConnection) {
   auto info = MakeCluster(10, 10);
   ConnPool pool(dispatcher_, info, MakeHost(upstream_.port()), info->stats[0]);
-  upstream_.Hold();
   struct BodyRequest : TestRequest {
     void OnPoolReady(UpstreamClient& client) override {
       ready = true;
@@ -228,9 +229,7 @@ TEST_F(ConnPoolTest, ResetMidRequestClosesTheConnection) {
       client.SendData("12345", 5, false);
     }
   } r;
-  r.handle = pool.NewStream(r);
-  ASSERT_TRUE(dispatcher_.RunUntil([&] { return r.ready; }, kWaitMs));
-  r.client_->Reset();
+  SendToHeldUpstreamAndReset(pool, r);
   EXPECT_EQ(info->resources->connections(), 0);
   EXPECT_EQ(info->stats[0].upstream_rq_reset.Value(), 1u);
   upstream_.Release();
