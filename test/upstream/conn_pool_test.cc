@@ -35,10 +35,15 @@ class TestRequest : public PoolCallbacks, public ResponseDecoder {
     ready = true;
     client_ = &client;
     RequestHead head;
-    head.method = "GET";
+    head.method = body_length ? "POST" : "GET";
     head.path = "/";
     head.headers.Add("host", "test");
+    head.has_content_length = body_length > 0;
+    head.content_length = body_length;
     client.StartRequest(this, head);
+    if (!first_body_bytes.empty()) {
+      client.SendData(first_body_bytes.data(), first_body_bytes.size(), false);
+    }
   }
   void OnPoolFailure(PoolFailure reason, const std::string& d) override {
     failed = true;
@@ -56,6 +61,9 @@ class TestRequest : public PoolCallbacks, public ResponseDecoder {
   }
   void OnUpstreamWriteWatermark(bool) override {}
 
+  // A request with a body: its length, and the part sent at once (the rest never comes).
+  uint64_t body_length = 0;
+  std::string first_body_bytes;
   bool ready = false, failed = false, complete = false, reset = false;
   PoolFailure failure = PoolFailure::kOverflow;
   int status = 0;
@@ -215,20 +223,9 @@ TEST_F(ConnPoolTest, ResetClosesTheConnectionWhenTheResponseDoesNotCome) {
 TEST_F(ConnPoolTest, ResetMidRequestClosesTheConnection) {
   auto info = MakeCluster(10, 10);
   ConnPool pool(dispatcher_, info, MakeHost(upstream_.port()), info->stats[0]);
-  struct BodyRequest : TestRequest {
-    void OnPoolReady(UpstreamClient& client) override {
-      ready = true;
-      client_ = &client;
-      RequestHead head;
-      head.method = "POST";
-      head.path = "/";
-      head.headers.Add("host", "test");
-      head.has_content_length = true;
-      head.content_length = 10;
-      client.StartRequest(this, head);
-      client.SendData("12345", 5, false);
-    }
-  } r;
+  TestRequest r;
+  r.body_length = 10;
+  r.first_body_bytes = "12345";
   SendToHeldUpstreamAndReset(pool, r);
   EXPECT_EQ(info->resources->connections(), 0);
   EXPECT_EQ(info->stats[0].upstream_rq_reset.Value(), 1u);
