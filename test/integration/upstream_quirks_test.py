@@ -63,6 +63,13 @@ class UpstreamQuirksTest(IntegrationTestCase):
     def url(self, path):
         return "http://127.0.0.1:%d%s" % (self.port, path)
 
+    def abandon(self, path, reached_upstream):
+        """Sends GET `path` and hangs up once `reached_upstream()` says the upstream has it."""
+        c = self.raw_client(self.port)
+        c.send(http_request("GET", path))
+        wait_until(reached_upstream, what="the request at the upstream")
+        c.close()
+
     def test_repeated_response_headers_kept_apart(self):
         r = curl(self.url("/cookies"))
         self.assertEqual(r.status, 200)
@@ -122,10 +129,7 @@ class UpstreamQuirksTest(IntegrationTestCase):
         self.assertEqual(responses[1].json()["body_sha256"], sha256(b"b" * (4 * 1024 * 1024)))
 
     def test_client_abort_does_not_poison_the_pool(self):
-        c = self.raw_client(self.port)
-        c.send(http_request("GET", "/slow/0.6?aborted"))
-        wait_until(lambda: self.echo.in_flight == 1, what="the slow request at the upstream")
-        c.close()
+        self.abandon("/slow/0.6?aborted", lambda: self.echo.in_flight == 1)
         self.proxy.wait_stat("cluster.E.upstream_rq_reset", lambda v: v == 1)
         # The next requests must get their own responses, never the aborted one's.
         for i in range(3):
@@ -140,10 +144,7 @@ class UpstreamQuirksTest(IntegrationTestCase):
     def test_client_abort_keeps_the_upstream_connection_for_a_small_response(self):
         # The response of an abandoned request is read and dropped, and the connection is
         # reused, instead of one reconnect per client that hangs up.
-        c = self.raw_client(self.port)
-        c.send(http_request("GET", "/slow/0.3?aborted"))
-        wait_until(lambda: self.echo.in_flight == 1, what="the slow request at the upstream")
-        c.close()
+        self.abandon("/slow/0.3?aborted", lambda: self.echo.in_flight == 1)
         self.proxy.wait_stat("cluster.E.upstream_cx_kept_after_reset", lambda v: v == 1)
         r = curl(self.url("/after"))
         self.assertEqual((r.status, r.json()["path"]), (200, "/after"))
@@ -151,10 +152,7 @@ class UpstreamQuirksTest(IntegrationTestCase):
         self.assertEqual(self.proxy.stat("cluster.E.upstream_cx_total"), 1)
 
     def test_client_abort_closes_the_upstream_connection_for_a_large_response(self):
-        c = self.raw_client(self.port)
-        c.send(http_request("GET", "/big-late"))
-        wait_until(lambda: self.big_late.request_count() == 1, what="the request at the upstream")
-        c.close()
+        self.abandon("/big-late", lambda: self.big_late.request_count() == 1)
         self.proxy.wait_stat("cluster.big_late.upstream_rq_reset", lambda v: v == 1)
         self.assertTrue(self.big_late_closed.wait(5.0), "rpx kept reading a 1 MiB abandoned body")
         self.assertEqual(self.proxy.stat("cluster.big_late.upstream_cx_kept_after_reset"), 0)
