@@ -63,6 +63,7 @@ def main():
             "cpu": median([num(r["cpu_us_per_req"]) for r in rs]),
             "ocpu": median([num(r["origin_cpu_us_per_req"]) for r in rs]),
             "busy": median([num(r.get("proxy_cpu_pct")) for r in rs]),
+            "cpu1": median([num(r.get("cpu1_us_per_req")) for r in rs]),
             "other": max([v for v in (num(r.get("other_cpu_pct")) for r in rs) if v is not None], default=None),
         }
 
@@ -71,8 +72,9 @@ def main():
         out.append(f.read().rstrip("\n"))
     out.append("")
     out.append("| row | proxy | req/s | p99 | errors (non-2xx + socket) | TIME_WAIT upstream | TIME_WAIT total "
-               "| RSS MiB | CPU µs/req | proxy CPU % | req/s rpx/nginx | CPU/req rpx/nginx | other CPU % |")
-    out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+               "| RSS MiB | CPU µs/req | proxy CPU % | CPU 1 µs/req | req/s rpx/nginx | CPU/req rpx/nginx "
+               "| other CPU % |")
+    out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for row in rows:
         for proxy in proxies:
             a = agg.get((row, proxy))
@@ -92,6 +94,7 @@ def main():
             out.append(
                 f"| {row} | {label} | {fmt(a['req_s'])} | {fmt_ms(a['p99'])} | {fmt(a['errors'])} "
                 f"| {fmt(a['tw_up'])} | {fmt(a['tw_total'])} | {fmt(rss, 1)} | {fmt(a['cpu'], 1)} | {fmt(a['busy'])} "
+                f"| {fmt(a['cpu1'], 1)} "
                 f"| {ratio_rps} | {ratio_cpu} | {fmt(a['other'])} |"
             )
     out.append("")
@@ -99,6 +102,8 @@ def main():
                "the measured wrk run; \"upstream\" = those on the origin's port (proxy↔origin churn), "
                "\"total\" also counts client↔proxy sockets closed when wrk exits. RSS = VmRSS of the proxy's "
                "processes after the run; CPU µs/req = proxy utime+stime during the run / requests completed. "
+               "CPU 1 µs/req = busy time of CPU 1 (wrk, the origin and the kernel work there) per request: "
+               "when CPU 1 is full, req/s follows it. "
                "proxy CPU % = share of its CPU (CPU 0) the proxy used; well under 100 means the load "
                "generator side (wrk + origin on CPU 1) was the limit, so compare CPU µs/req rather than req/s. "
                "Ratios compare rpx with the `nginx` row (lower CPU/req ratio is better). "
