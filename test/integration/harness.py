@@ -17,6 +17,7 @@ import http.client
 import http.server
 import json
 import os
+import random
 import re
 import select
 import shutil
@@ -96,8 +97,32 @@ def remove_tmpdir(path):
         shutil.rmtree(path, ignore_errors=True)
 
 
+def _ephemeral_range():
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo, hi = (int(x) for x in f.read().split())
+            return lo, hi
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port():
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    """A TCP port on 127.0.0.1 that was free a moment ago, below the ephemeral range: a port
+    from bind(0) is an ephemeral one, which any outgoing connection (curl, rpx's upstream
+    connections) may take before rpx binds it ("Address already in use")."""
+    lo, _ = _ephemeral_range()
+    if lo > 11000:
+        rng = random.Random()
+        for _ in range(200):
+            port = rng.randrange(10000, lo)
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
+            finally:
+                s.close()
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
         s.bind(("127.0.0.1", 0))
