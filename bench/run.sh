@@ -8,7 +8,8 @@
 #   DURATION=10s      wrk duration of one measurement (wrk syntax: 10s, 1m)
 #   WARMUP=1s         unmeasured wrk run before each measurement (0 = none)
 #   ROWS="..."        subset of rows, default: 30B-c50 30B-c200 30B-c400 30B-c1000 16KB-c50 4MiB-c10
-#                     close-c200 (30 B, every request on a new connection: Connection: close)
+#                     close-c200 (30 B, every request on a new connection: Connection: close);
+#                     also available: 30B-c1 and 30B-c10 (latency-bound: one or ten clients)
 #   PROXIES="..."     subset of proxies, default: rpx nginx nginx-best haproxy; also available:
 #                     rpx-10kvh (10,000 more virtual hosts in the table), rpx-2w (2 workers on both
 #                     CPUs, the second shared with wrk and the origin), haproxy-bp (HAProxy with
@@ -58,9 +59,9 @@ BASE_PORT=${BASE_PORT:-18000}
 OUT_DIR=${OUT_DIR:-$HERE/results}
 KEEP_TMP=${KEEP_TMP:-0}
 
-declare -A ROW_PATH=([30B-c50]=/small.txt [30B-c200]=/small.txt [30B-c400]=/small.txt [30B-c1000]=/small.txt
+declare -A ROW_PATH=([30B-c1]=/small.txt [30B-c10]=/small.txt [30B-c50]=/small.txt [30B-c200]=/small.txt [30B-c400]=/small.txt [30B-c1000]=/small.txt
                      [16KB-c50]=/page.html [4MiB-c10]=/big.bin [close-c200]=/small.txt)
-declare -A ROW_CONNS=([30B-c50]=50 [30B-c200]=200 [30B-c400]=400 [30B-c1000]=1000 [16KB-c50]=50 [4MiB-c10]=10
+declare -A ROW_CONNS=([30B-c1]=1 [30B-c10]=10 [30B-c50]=50 [30B-c200]=200 [30B-c400]=400 [30B-c1000]=1000 [16KB-c50]=50 [4MiB-c10]=10
                       [close-c200]=200)
 # Extra request header of a row (wrk -H).
 declare -A ROW_HDR=([close-c200]="Connection: close")
@@ -68,7 +69,7 @@ declare -A ROW_HDR=([close-c200]="Connection: close")
 log() { echo "[bench $(date +%H:%M:%S)] $*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
-for r in $ROWS; do [ -n "${ROW_PATH[$r]+x}" ] || die "unknown row '$r' (known: $ALL_ROWS)"; done
+for r in $ROWS; do [ -n "${ROW_PATH[$r]+x}" ] || die "unknown row '$r' (known: 30B-c1 30B-c10 $ALL_ROWS)"; done
 KNOWN_PROXIES="$ALL_PROXIES rpx-10kvh rpx-2w haproxy-bp"
 for p in $PROXIES; do case " $KNOWN_PROXIES " in *" $p "*) ;; *) die "unknown proxy '$p' (known: $KNOWN_PROXIES)";; esac; done
 [[ "$RUNS" =~ ^[1-9][0-9]*$ ]] || die "RUNS must be a positive integer"

@@ -13,6 +13,8 @@
 #include <unordered_set>
 #include <vector>
 
+struct epoll_event;
+
 namespace rpx {
 
 class Dispatcher;
@@ -142,6 +144,24 @@ class Dispatcher {
   bool RunUntil(const std::function<bool()>& done, uint64_t timeout_ms);
   void Exit();
 
+  // Batching. A loop that finds no events normally blocks in epoll_wait, and then every packet
+  // that arrives for it wakes it: on another CPU that is an inter-processor interrupt, paid by the
+  // CPU that sends it (on a VM, a trip through the hypervisor). When it is known that events are
+  // coming (at least kBatchMinPending pieces of work are waiting on peers: requests in flight), the
+  // loop instead sleeps `us` microseconds and polls again, up to a budget of sleeps, so arrivals
+  // only queue and are handled together. The budget halves each time the sleeps find nothing (a
+  // quiet loop soon blocks at once) and is restored when one finds events. 0 (the default) turns
+  // batching off. Every wait is bounded: at most kBatchMaxSleeps * us before the loop blocks.
+  static constexpr int kBatchMinPending = 8;
+  static constexpr int kBatchMaxSleeps = 10;
+  void SetBatchWait(uint32_t us) { batch_wait_us_ = us; }
+  // Work waiting on a peer (a request in flight) starts (+1) or ends (-1).
+  void AddPending(int delta) { pending_ += delta; }
+  int pending() const { return pending_; }
+  // Loop iterations that slept and then found events, and that slept and found none (tests).
+  uint64_t batch_hits() const { return batch_hits_; }
+  uint64_t batch_misses() const { return batch_misses_; }
+
   // Monotonic milliseconds, refreshed once per loop iteration (cheap to read).
   uint64_t NowMs() const { return now_ms_; }
   void UpdateTime();
@@ -164,6 +184,7 @@ class Dispatcher {
   void ClearDeferred();
   void RunFlushes();
   void RunOnce(int max_wait_ms);
+  int Poll(struct epoll_event* events, int max_events, int timeout_ms);
   void EndOrphans();
 
   std::string name_;
@@ -179,6 +200,11 @@ class Dispatcher {
   std::mutex post_mu_;
   std::vector<std::function<void()>> posted_;
   std::atomic<uint64_t> thread_id_{0};
+  uint32_t batch_wait_us_ = 0;
+  int batch_sleeps_ = kBatchMaxSleeps;  // the current budget
+  int pending_ = 0;
+  uint64_t batch_hits_ = 0;
+  uint64_t batch_misses_ = 0;
 };
 
 }  // namespace rpx

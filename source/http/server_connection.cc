@@ -216,6 +216,7 @@ void ServerConnection::OnHead() {
       (config_->max_requests_per_connection && requests_ >= config_->max_requests_per_connection);
   stats_.downstream_rq_total.Inc();
   stats_.downstream_rq_active.Inc();
+  conn_->dispatcher().AddPending(1);
   stream_idle_ms_ = config_->stream_idle_timeout_ms;
   if (stream_idle_ms_) {
     timer_.Enable(stream_idle_ms_);
@@ -420,6 +421,7 @@ void ServerConnection::EndStream() {
   if (!stream_active_) return;
   stream_active_ = false;
   stats_.downstream_rq_active.Dec();
+  conn_->dispatcher().AddPending(-1);
   EndUpgrade();
   if (request_timer_) request_timer_->Disable();
   if (handler_) conn_->dispatcher().DeferredDelete(std::move(handler_));
@@ -519,6 +521,7 @@ void ServerConnection::Close(bool flush) {
   if (stream_active_) {
     stream_active_ = false;
     stats_.downstream_rq_active.Dec();
+    conn_->dispatcher().AddPending(-1);
     EndUpgrade();
     if (handler_) {
       handler_->OnDownstreamReset();

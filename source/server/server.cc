@@ -100,6 +100,7 @@ int RunServer(const ServerOptions& options) {
   for (uint32_t w = 0; w < workers; ++w) {
     worker_list.push_back(std::make_unique<Worker>(w));
     worker_list[w]->set_drain_ms(options.drain_time_ms);
+    worker_list[w]->dispatcher().SetBatchWait(options.batch_wait_us);
     worker_list[w]->Start(clusters);
   }
   auto stop_workers = [&] {

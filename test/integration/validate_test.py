@@ -305,6 +305,11 @@ class ValidateTest(IntegrationTestCase):
         cp = run_rpx([])
         self.assertEqual(cp.returncode, 1)
         self.assertIn("-c", cp.stderr)
+        for bad in ("-1", "1001", "20us", ""):
+            cp = run_rpx(["--batch-wait-us", bad, "-c", "x.yaml"])
+            self.assertEqual(cp.returncode, 1, bad)
+            self.assertIn("--batch-wait-us must be an integer in [0, 1000], got '%s'" % bad,
+                          cp.stderr)
 
 
 if __name__ == "__main__":
