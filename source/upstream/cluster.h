@@ -42,6 +42,14 @@ class ClusterResources {
   // Workers with requests queued only because the cluster is at max_connections. Another worker
   // that would park a connection idle closes it instead, so the slot moves where it is needed.
   std::atomic<int32_t> starved_workers{0};
+  // True while more workers are starved than there are free slots: only then should a worker give
+  // a connection back. Checking this (not just "someone is starved") frees one slot per starved
+  // worker, instead of one per retry or per finished request until the starved worker's next
+  // look, which made slots ping-pong between workers (each move a new upstream connection).
+  bool SlotWanted() const {
+    return starved_workers.load(std::memory_order_relaxed) >
+           static_cast<int64_t>(max_connections_) - connections_.load(std::memory_order_relaxed);
+  }
 
   // Each worker registers how to ask it (from any thread) to close one idle connection of this
   // cluster. A starved worker calls RequestReclaim, which asks all the others. Only used when the

@@ -536,7 +536,7 @@ void ConnPool::OnRequestDone(UpstreamClient* c, bool reusable) {
       Attach(c);
       return;
     }
-    if (cluster_->resources->starved_workers.load(std::memory_order_relaxed) == 0 || starved_) {
+    if (starved_ || !cluster_->resources->SlotWanted()) {
       busy_.erase(c->pos_);
       c->state_ = UpstreamClient::State::kIdle;
       idle_.push_front(c);
@@ -544,7 +544,7 @@ void ConnPool::OnRequestDone(UpstreamClient* c, bool reusable) {
       if (cluster_->idle_timeout_ms) c->timer_->Enable(cluster_->idle_timeout_ms);
       return;
     }
-    // Another pool is starved for slots: give this one back instead of parking it.
+    // Another worker is starved for slots and none is free: give this one back, don't park it.
   }
   if (c->state_ != UpstreamClient::State::kClosed) {
     c->state_ = UpstreamClient::State::kClosed;

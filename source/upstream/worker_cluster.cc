@@ -23,7 +23,9 @@ void WorkerCluster::Update(const ClusterEntry& entry) {
     std::weak_ptr<bool> alive = alive_;
     entry.info->resources->SetReclaimer(worker_index_, [d, alive, this] {
       d->Post([alive, this] {
-        if (alive.lock()) ReclaimIdle(nullptr);
+        // By now the starved worker may have its slot (this request can be stale: it repeats
+        // every few milliseconds while starved).
+        if (alive.lock() && info_->resources->SlotWanted()) ReclaimIdle(nullptr);
       });
     });
   }

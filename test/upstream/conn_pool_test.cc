@@ -293,5 +293,35 @@ TEST(WorkerClusterTest, UpdateKeepsPoolsOfHostsThatStay) {
   EXPECT_EQ(info->resources->connections(), 1);
 }
 
+// Two pools (two workers) share max_connections = 2. While one is starved, the other gives back
+// one connection, not every connection that finishes before the starved one takes its slot.
+TEST_F(ConnPoolTest, GivesBackOneSlotPerStarvedPool) {
+  auto info = MakeCluster(/*max_conn=*/2, /*max_pending=*/10);
+  ConnPool a(dispatcher_, info, MakeHost(upstream_.port()), info->stats[0]);
+  ConnPool b(dispatcher_, info, MakeHost(upstream_.port()), info->stats[0]);
+  upstream_.Hold();
+  TestRequest a1, a2, b1;
+  a1.handle = a.NewStream(a1);
+  a2.handle = a.NewStream(a2);
+  ASSERT_TRUE(dispatcher_.RunUntil([&] { return a1.ready && a2.ready; }, kWaitMs));
+  b1.handle = b.NewStream(b1);
+  EXPECT_FALSE(b1.failed);
+  EXPECT_EQ(info->resources->starved_workers.load(), 1);
+  EXPECT_TRUE(info->resources->SlotWanted());
+  upstream_.Release();
+  ASSERT_TRUE(
+      dispatcher_.RunUntil([&] { return a1.complete && a2.complete && b1.complete; }, kWaitMs));
+  EXPECT_EQ(b1.status, 200);
+  // One of a's connections moved to b; the other stayed in a's pool, idle.
+  EXPECT_EQ(upstream_.connections(), 3);
+  EXPECT_EQ(info->resources->connections(), 2);
+  EXPECT_EQ(info->resources->starved_workers.load(), 0);
+  EXPECT_FALSE(info->resources->SlotWanted());
+  TestRequest a3;
+  a3.handle = a.NewStream(a3);
+  ASSERT_TRUE(dispatcher_.RunUntil([&] { return a3.complete; }, kWaitMs));
+  EXPECT_EQ(upstream_.connections(), 3);  // a3 reused a's idle connection
+}
+
 }  // namespace
 }  // namespace rpx
