@@ -27,6 +27,7 @@
 #   KEEP_TMP=1        keep the temp dir (configs, payloads, proxy logs) after the run
 #
 # CPU layout (2 cores): proxy under test on CPU 0; origin nginx and wrk share CPU 1.
+# All proxies are started first and measured in turn, row by row (see "run" below).
 # Only the processes this script starts are ever signalled, by PID.
 set -euo pipefail
 export LC_ALL=C
@@ -637,24 +638,38 @@ HEADER="$RAW/header.md"
 log "rows: $ROWS | proxies: $PROXIES | RUNS=$RUNS DURATION=$DURATION WARMUP=$WARMUP"
 case " $PROXIES " in *" rpx "*) [ -x "$RPX_BIN" ] || log "NOTE: rpx rows will be skipped: $RPX_BIN not found (set RPX_BIN)";; esac
 
-if [ "$DIRECT" = 1 ] && [[ " $ROWS " == *" 4MiB-c10 "* ]]; then
-  log "direct to origin (baseline), wrk on CPU $DIRECT_WRK_CPU"
-  WRK_CPU=$DIRECT_WRK_CPU
-  for run in $(seq 1 "$RUNS"); do measure direct 4MiB-c10 "$run" "$ORIGIN_PORT" "$ORIGIN_PID"; done
-  WRK_CPU=1
-fi
-
 SKIPPED=""
 save_files() {  # $1 = name: configs and logs of that proxy (or the origin) into the raw dir
   local f
   for f in "$TMP/$1/"*; do if [ -f "$f" ]; then cp "$f" "$RAW/$1.$(basename "$f")"; fi; done
 }
+# Every proxy runs from the start (idle ones cost nothing), and the measurements interleave:
+# run 1 of every row for every proxy, then run 2, and so on. This VM drifts between fast and slow
+# phases lasting minutes; measured one proxy after another, a whole proxy could land in one phase
+# (the same rpx binary did 21.7k req/s at 30B-c200 in one run and 40.5k half an hour later).
+# Interleaved, the proxies compared in a row are measured within a minute of each other.
+declare -A PROXY_PORTS PROXY_PIDS
+STARTED=""
 for proxy in $PROXIES; do
   if ! start_proxy "$proxy"; then SKIPPED+=" $proxy"; save_files "$proxy"; continue; fi
+  PROXY_PORTS[$proxy]=$PROXY_PORT
+  PROXY_PIDS[$proxy]=$PROXY_PID
+  STARTED+=" $proxy"
+done
+for run in $(seq 1 "$RUNS"); do
   for row in $ROWS; do
-    for run in $(seq 1 "$RUNS"); do measure "$proxy" "$row" "$run" "$PROXY_PORT" "$PROXY_PID"; done
+    if [ "$DIRECT" = 1 ] && [ "$row" = 4MiB-c10 ]; then
+      WRK_CPU=$DIRECT_WRK_CPU  # the baseline: wrk straight to the origin
+      measure direct 4MiB-c10 "$run" "$ORIGIN_PORT" "$ORIGIN_PID"
+      WRK_CPU=1
+    fi
+    for proxy in $STARTED; do
+      measure "$proxy" "$row" "$run" "${PROXY_PORTS[$proxy]}" "${PROXY_PIDS[$proxy]}"
+    done
   done
-  stop_pid "$PROXY_PID"
+done
+for proxy in $STARTED; do
+  stop_pid "${PROXY_PIDS[$proxy]}"
   save_files "$proxy"
 done
 save_files origin
