@@ -231,7 +231,7 @@ nginx_temp_paths() {  # $1 = dir
 EOF
 }
 
-write_origin_conf() {  # $1 dir $2 port
+write_origin_conf() {  # $1 dir $2 "port port ...": one listen line per port
   { nginx_common_top "$1"
     cat <<EOF
 http {
@@ -246,7 +246,7 @@ $(nginx_temp_paths "$1")
   keepalive_timeout 300s;
   open_file_cache max=64 inactive=300s;
   server {
-    listen 127.0.0.1:$2 backlog=4096;
+$(for p in $2; do echo "    listen 127.0.0.1:$p backlog=4096;"; done)
     root $TMP/www;
     location / { }
   }
@@ -266,7 +266,7 @@ $(nginx_temp_paths "$1")
   keepalive_requests 100000;
   keepalive_timeout 300s;
   upstream origin {
-    server 127.0.0.1:$ORIGIN_PORT;
+    server 127.0.0.1:$UPSTREAM_PORT;
     keepalive $3;$tune
   }
   server {
@@ -309,7 +309,7 @@ frontend fe
   default_backend origin
 
 backend origin
-  server origin1 127.0.0.1:$ORIGIN_PORT maxconn $HAPROXY_MAXCONN
+  server origin1 127.0.0.1:$UPSTREAM_PORT maxconn $HAPROXY_MAXCONN
 EOF
 }
 
@@ -364,7 +364,7 @@ $(awk -v n="$extra" 'BEGIN { for (i = 0; i < n; i++) printf "            - {name
             address:
               socket_address:
                 address: 127.0.0.1
-                port_value: $ORIGIN_PORT
+                port_value: $UPSTREAM_PORT
     circuit_breakers:
       thresholds:
       - priority: DEFAULT
@@ -437,21 +437,25 @@ tw_snapshot() {
 # could be (the 4-tuple was reused under tcp_tw_reuse and closed again; ss truncates to
 # whole seconds above 9 s, hence the 1 s + 200 ms slack).
 # Prints "total upstream", upstream = local or peer port is the origin's.
-tw_new() {  # $1 before $2 after $3 elapsed-ms
-  awk -v op="$ORIGIN_PORT" -v el="$3" '
+tw_new() {  # $1 before $2 after $3 elapsed-ms $4 proxy port $5 its origin port
+  # Only the sockets of the proxy under test: the idle proxies close idle upstream connections
+  # (nginx after 60 s) during other proxies' runs, and each proxy has its own origin port.
+  awk -v pp="$4" -v op="$5" -v el="$3" '
     function port(a) { sub(/.*:/, "", a); return a }
     NR == FNR { before[$1 " " $2] = $3; next }
     { k = $1 " " $2
-      if (!(k in before) || $3 > before[k] - el + 1200) { total++; if (port($1) == op || port($2) == op) up++ } }
+      a = port($1); b = port($2)
+      if (a != pp && b != pp && a != op && b != op) next
+      if (!(k in before) || $3 > before[k] - el + 1200) { total++; if (a == op || b == op) up++ } }
     END { print total + 0, up + 0 }' "$1" "$2"
 }
 # After wrk exits, let in-flight closes (FIN-WAIT/LAST-ACK on the ports under test) finish so that
 # every connection closed by the run is in TIME_WAIT when counted; bounded to 3 s.
-settle_closes() {  # $1 port
+settle_closes() {  # $1 port $2 origin port
   local i
   for i in $(seq 1 30); do
     [ -z "$(ss -tanH state fin-wait-1 state fin-wait-2 state last-ack state closing \
-            "( sport = :$1 or dport = :$1 or sport = :$ORIGIN_PORT or dport = :$ORIGIN_PORT )" 2>/dev/null)" ] && return 0
+            "( sport = :$1 or dport = :$1 or sport = :$2 or dport = :$2 )" 2>/dev/null)" ] && return 0
     sleep 0.1
   done
 }
@@ -468,9 +472,13 @@ if [ "$BUSY_START" -gt 10 ]; then
 fi
 
 # --- origin ---------------------------------------------------------------------------------------
-pick_port ORIGIN_PORT
+# The origin listens on one port per proxy (and one for the direct baseline), so that upstream
+# TIME_WAIT sockets can be told apart by proxy.
+declare -A ORIGIN_PORTS
+for p in direct $PROXIES; do pick_port "ORIGIN_PORTS[$p]"; done
+ORIGIN_PORT=${ORIGIN_PORTS[direct]}
 mkdir -p "$TMP/origin"
-write_origin_conf "$TMP/origin" "$ORIGIN_PORT"
+write_origin_conf "$TMP/origin" "${ORIGIN_PORTS[*]}"
 nginx -t -q -p "$TMP/origin" -c "$TMP/origin/nginx.conf" -e "$TMP/origin/error.log" ||
   die "origin nginx config invalid: $TMP/origin/nginx.conf"
 taskset -c 1 nginx -p "$TMP/origin" -c "$TMP/origin/nginx.conf" -e "$TMP/origin/error.log" \
@@ -480,12 +488,13 @@ STARTED_PIDS+=("$ORIGIN_PID")
 wait_port "$ORIGIN_PORT" "$ORIGIN_PID" 15 || { cat "$TMP/origin/error.log" >&2 || true; die "origin did not listen on $ORIGIN_PORT"; }
 got=$(curl -s --max-time 5 "http://127.0.0.1:$ORIGIN_PORT/small.txt") || die "origin GET failed"
 [ "$got" = "$(cat "$TMP/www/small.txt")" ] || die "origin returned unexpected body"
-log "origin nginx PID $ORIGIN_PID on 127.0.0.1:$ORIGIN_PORT (CPU 1)"
+log "origin nginx PID $ORIGIN_PID on 127.0.0.1 ports ${ORIGIN_PORTS[*]} (one per proxy; CPU 1)"
 
 # --- proxies ---------------------------------------------------------------------------------------
 PROXY_PID=""; PROXY_PORT=""
 start_proxy() {  # $1 name; sets PROXY_PID, PROXY_PORT; returns 1 if it cannot be started
   local name=$1 dir="$TMP/$1" admin
+  UPSTREAM_PORT=${ORIGIN_PORTS[$name]}  # read by the config writers
   mkdir -p "$dir"
   pick_port PROXY_PORT
   case "$name" in
@@ -596,10 +605,10 @@ measure() {
     'BEGIN { v = (b - o) / t / (ns / 1e9) * 100; if (v < 0) v = 0; printf "%.0f", v }')
   local tw_total tw_up rss
   rss=$(rss_kib "$pid")
-  settle_closes "$port"
+  settle_closes "$port" "${ORIGIN_PORTS[$name]}"
   tw_snapshot >"$twa"
   t1=$(date +%s%N)
-  read -r tw_total tw_up < <(tw_new "$twb" "$twa" $(( (t1 - t0) / 1000000 )))
+  read -r tw_total tw_up < <(tw_new "$twb" "$twa" $(( (t1 - t0) / 1000000 )) "$port" "${ORIGIN_PORTS[$name]}")
   local rps p99 req non2xx sock xfer
   read -r rps p99 req non2xx sock xfer < <(parse_wrk "$out")
   local cpu_us ocpu_us lcpu_us
