@@ -56,6 +56,18 @@ void Usage(FILE* out) {
           "  --version, -h/--help\n");
 }
 
+// Parses `v` as a decimal integer in [lo, hi]; otherwise prints an error naming `flag` and exits.
+long IntFlag(const char* flag, const std::string& v, long lo, long hi) {
+  char* end = nullptr;
+  long n = strtol(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || n < lo || n > hi) {
+    fprintf(stderr, "error: %s must be an integer in [%ld, %ld], got '%s'\n", flag, lo, hi,
+            v.c_str());
+    exit(1);
+  }
+  return n;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -86,15 +98,8 @@ int main(int argc, char** argv) {
     if (arg == "-c" || arg == "--config-path") {
       options.config_path = next("--config-path");
     } else if (arg == "--concurrency") {
-      std::string v = next("--concurrency");
-      char* end = nullptr;
-      long n = strtol(v.c_str(), &end, 10);
-      if (v.empty() || *end != '\0' || n < 1 || n > 1024) {
-        fprintf(stderr, "error: --concurrency must be an integer in [1, 1024], got '%s'\n",
-                v.c_str());
-        return 1;
-      }
-      options.concurrency = static_cast<uint32_t>(n);
+      options.concurrency =
+          static_cast<uint32_t>(IntFlag("--concurrency", next("--concurrency"), 1, 1024));
     } else if (arg == "--mode") {
       std::string m = next("--mode");
       if (m == "validate") {
@@ -116,25 +121,11 @@ int main(int argc, char** argv) {
     } else if (arg == "--service-cluster") {
       options.service_cluster = next("--service-cluster");
     } else if (arg == "--drain-time-s") {
-      std::string v = next("--drain-time-s");
-      char* end = nullptr;
-      long n = strtol(v.c_str(), &end, 10);
-      if (v.empty() || *end != '\0' || n < 0 || n > 86400) {
-        fprintf(stderr, "error: --drain-time-s must be an integer in [0, 86400], got '%s'\n",
-                v.c_str());
-        return 1;
-      }
-      options.drain_time_ms = static_cast<uint64_t>(n) * 1000;
+      options.drain_time_ms =
+          static_cast<uint64_t>(IntFlag("--drain-time-s", next("--drain-time-s"), 0, 86400)) * 1000;
     } else if (arg == "--batch-wait-us") {
-      std::string v = next("--batch-wait-us");
-      char* end = nullptr;
-      long n = strtol(v.c_str(), &end, 10);
-      if (v.empty() || *end != '\0' || n < 0 || n > 1000) {
-        fprintf(stderr, "error: --batch-wait-us must be an integer in [0, 1000], got '%s'\n",
-                v.c_str());
-        return 1;
-      }
-      options.batch_wait_us = static_cast<uint32_t>(n);
+      options.batch_wait_us =
+          static_cast<uint32_t>(IntFlag("--batch-wait-us", next("--batch-wait-us"), 0, 1000));
     } else if (arg == "--disable-splice") {
       rpx::Splicer::SetEnabled(false);
     } else if (arg == "--version") {
