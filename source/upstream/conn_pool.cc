@@ -32,7 +32,7 @@ UpstreamClient::UpstreamClient(ConnPool& pool, std::unique_ptr<Connection> conn)
       state_ = State::kClosed;
       pool_.OnClientClosed(this);
     } else if (state_ == State::kBusy && discarding_) {
-      CloseAbandoned();
+      CloseBusy();
     }
   });
 }
@@ -120,12 +120,10 @@ void UpstreamClient::Reset() {
     return;
   }
   splicer_.reset();
-  conn_->Close(Connection::CloseType::kNoFlush, false);
-  state_ = State::kClosed;
-  pool_.OnRequestDone(this, false);
+  CloseBusy();
 }
 
-void UpstreamClient::CloseAbandoned() {
+void UpstreamClient::CloseBusy() {
   discarding_ = false;
   timer_->Disable();
   conn_->Close(Connection::CloseType::kNoFlush, false);
@@ -144,7 +142,7 @@ void UpstreamClient::OnData(Buffer& in) {
   if (discarding_) {
     discarded_bytes_ += in.size();
     if (discarded_bytes_ > kDiscardMaxBytes) {
-      CloseAbandoned();
+      CloseBusy();
       return;
     }
     ParseResponse();

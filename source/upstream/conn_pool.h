@@ -100,7 +100,8 @@ class UpstreamClient : public ConnectionCallbacks,
   void ParseResponse();
   void ReleaseAfterResponse(bool stray_bytes);
   void Fail(UpstreamResetReason reason, const std::string& detail);
-  void CloseAbandoned();  // the abandoned response could not be discarded: close
+  // Closes the connection of the request in flight (ending any discard) and hands it back.
+  void CloseBusy();
 
   ConnPool& pool_;
   std::unique_ptr<Connection> conn_;
@@ -118,7 +119,8 @@ class UpstreamClient : public ConnectionCallbacks,
   bool discarding_ = false;  // reading an abandoned request's response (see Reset)
   uint64_t discarded_bytes_ = 0;
   uint32_t requests_ = 0;
-  std::unique_ptr<Timer> timer_;  // connect timeout while connecting, idle timeout while idle
+  // Connect timeout while connecting, idle timeout while idle, discard deadline while discarding.
+  std::unique_ptr<Timer> timer_;
   std::unique_ptr<Splicer> splicer_;  // moving the rest of a large body (see MaybeSplice)
   std::list<UpstreamClient*>::iterator pos_;
 };

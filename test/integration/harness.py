@@ -110,25 +110,27 @@ def free_port():
     """A TCP port on 127.0.0.1 that was free a moment ago, below the ephemeral range: a port
     from bind(0) is an ephemeral one, which any outgoing connection (curl, rpx's upstream
     connections) may take before rpx binds it ("Address already in use")."""
+    def bound_port(port):  # the port bind() got, or None if it was taken
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            s.bind(("127.0.0.1", port))
+            return s.getsockname()[1]
+        except OSError:
+            return None
+        finally:
+            s.close()
+
     lo, _ = _ephemeral_range()
     if lo > 11000:
         rng = random.Random()
         for _ in range(200):
-            port = rng.randrange(10000, lo)
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            try:
-                s.bind(("127.0.0.1", port))
+            port = bound_port(rng.randrange(10000, lo))
+            if port:
                 return port
-            except OSError:
-                continue
-            finally:
-                s.close()
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-    finally:
-        s.close()
+    port = bound_port(0)
+    if port is None:
+        raise OSError("no free port on 127.0.0.1")
+    return port
 
 
 def port_is_listening(port, timeout=0.5):
