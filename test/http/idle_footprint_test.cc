@@ -60,6 +60,52 @@ class OkFactory : public StreamHandlerFactory {
   }
 };
 
+// A handler that never answers: its request stays in flight until the client goes away.
+class SilentHandler : public StreamHandler {
+ public:
+  void OnRequestHeaders(RequestHead&, bool) override {}
+  void OnRequestData(const char*, size_t, bool) override {}
+  void OnDownstreamReset() override {}
+  void OnDownstreamWatermark(bool) override {}
+};
+
+class SilentFactory : public StreamHandlerFactory {
+ public:
+  std::unique_ptr<StreamHandler> CreateStream(ResponseEncoder&) override {
+    return std::make_unique<SilentHandler>();
+  }
+};
+
+// Requests in flight are what the dispatcher's batching waits for (Dispatcher::AddPending): each
+// one counts from its headers until it ends, also when its client hangs up mid-request.
+TEST(IdleFootprintTest, RequestsInFlightCountAsDispatcherPendingWork) {
+  Dispatcher d("t");
+  auto config = std::make_shared<HttpConfig>();
+  config->stats = std::make_unique<HttpStats[]>(1);
+  config->stats_slots = 1;
+  SilentFactory factory;
+  SocketAddress peer = *SocketAddress::FromIpPort("127.0.0.1", 1234);
+  constexpr int kConns = 10;
+  std::vector<int> clients;
+  std::vector<std::unique_ptr<ServerConnection>> conns;
+  for (int i = 0; i < kConns; ++i) {
+    int sv[2];
+    ASSERT_EQ(0, socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv));
+    clients.push_back(sv[1]);
+    auto c = std::make_unique<Connection>(d, sv[0], false, 1 << 20);
+    conns.push_back(
+        std::make_unique<ServerConnection>(std::move(c), config, config->stats[0], factory, peer));
+    const char req[] = "GET / HTTP/1.1\r\nhost: x\r\n\r\n";
+    ASSERT_EQ(static_cast<ssize_t>(sizeof(req) - 1), write(sv[1], req, sizeof(req) - 1));
+  }
+  ASSERT_TRUE(d.RunUntil([&] { return d.pending() == kConns; }, 5000));
+  for (int fd : clients) close(fd);
+  ASSERT_TRUE(d.RunUntil([&] { return d.pending() == 0; }, 5000));
+  EXPECT_EQ(config->stats[0].downstream_rq_active.Value(), 0);
+  conns.clear();
+  d.RunUntil([] { return false; }, 10);
+}
+
 TEST(IdleFootprintTest, IdleKeepAliveConnectionHoldsTwoSmallBlocks) {
   printf("sizeof: Connection %zu, ServerConnection %zu, FileEvent %zu, Timer %zu, Buffer %zu\n",
          sizeof(Connection), sizeof(ServerConnection), sizeof(FileEvent), sizeof(Timer),
@@ -111,6 +157,7 @@ TEST(IdleFootprintTest, IdleKeepAliveConnectionHoldsTwoSmallBlocks) {
     double bytes_per_idle = static_cast<double>(after.uordblks - before.uordblks) / n;
     if (round == 0) continue;
     EXPECT_EQ(config->stats[0].downstream_cx_active.Value(), kConns + 1);
+    EXPECT_EQ(d.pending(), 0);  // every finished request left the dispatcher's batching count
 #if RPX_HEAP_COUNTED
     printf("per connection: %.2f allocations at accept, %.0f heap bytes held once idle\n",
            news_per_accept, bytes_per_idle);
