@@ -60,6 +60,29 @@ class OkFactory : public StreamHandlerFactory {
   }
 };
 
+std::shared_ptr<HttpConfig> MakeConfig() {
+  auto config = std::make_shared<HttpConfig>();
+  config->stats = std::make_unique<HttpStats[]>(1);
+  config->stats_slots = 1;
+  return config;
+}
+
+// Accepts one connection (a socketpair) into `conns` and sends a GET on it; returns the client
+// end, or -1.
+int AcceptWithRequest(Dispatcher& d, const std::shared_ptr<HttpConfig>& config,
+                      StreamHandlerFactory& factory,
+                      std::vector<std::unique_ptr<ServerConnection>>& conns) {
+  static const SocketAddress peer = *SocketAddress::FromIpPort("127.0.0.1", 1234);
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) != 0) return -1;
+  auto c = std::make_unique<Connection>(d, sv[0], false, 1 << 20);
+  conns.push_back(
+      std::make_unique<ServerConnection>(std::move(c), config, config->stats[0], factory, peer));
+  const char req[] = "GET / HTTP/1.1\r\nhost: x\r\n\r\n";
+  if (write(sv[1], req, sizeof(req) - 1) != static_cast<ssize_t>(sizeof(req) - 1)) return -1;
+  return sv[1];
+}
+
 // A handler that never answers: its request stays in flight until the client goes away.
 class SilentHandler : public StreamHandler {
  public:
@@ -80,23 +103,14 @@ class SilentFactory : public StreamHandlerFactory {
 // one counts from its headers until it ends, also when its client hangs up mid-request.
 TEST(IdleFootprintTest, RequestsInFlightCountAsDispatcherPendingWork) {
   Dispatcher d("t");
-  auto config = std::make_shared<HttpConfig>();
-  config->stats = std::make_unique<HttpStats[]>(1);
-  config->stats_slots = 1;
+  auto config = MakeConfig();
   SilentFactory factory;
-  SocketAddress peer = *SocketAddress::FromIpPort("127.0.0.1", 1234);
   constexpr int kConns = 10;
   std::vector<int> clients;
   std::vector<std::unique_ptr<ServerConnection>> conns;
   for (int i = 0; i < kConns; ++i) {
-    int sv[2];
-    ASSERT_EQ(0, socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv));
-    clients.push_back(sv[1]);
-    auto c = std::make_unique<Connection>(d, sv[0], false, 1 << 20);
-    conns.push_back(
-        std::make_unique<ServerConnection>(std::move(c), config, config->stats[0], factory, peer));
-    const char req[] = "GET / HTTP/1.1\r\nhost: x\r\n\r\n";
-    ASSERT_EQ(static_cast<ssize_t>(sizeof(req) - 1), write(sv[1], req, sizeof(req) - 1));
+    clients.push_back(AcceptWithRequest(d, config, factory, conns));
+    ASSERT_GE(clients.back(), 0);
   }
   ASSERT_TRUE(d.RunUntil([&] { return d.pending() == kConns; }, 5000));
   for (int fd : clients) close(fd);
@@ -111,11 +125,8 @@ TEST(IdleFootprintTest, IdleKeepAliveConnectionHoldsTwoSmallBlocks) {
          sizeof(Connection), sizeof(ServerConnection), sizeof(FileEvent), sizeof(Timer),
          sizeof(Buffer));
   Dispatcher d("t");
-  auto config = std::make_shared<HttpConfig>();
-  config->stats = std::make_unique<HttpStats[]>(1);
-  config->stats_slots = 1;
+  auto config = MakeConfig();
   OkFactory factory;
-  SocketAddress peer = *SocketAddress::FromIpPort("127.0.0.1", 1234);
   constexpr int kConns = 400;
   std::vector<int> clients;
   std::vector<std::unique_ptr<ServerConnection>> conns;
@@ -130,14 +141,8 @@ TEST(IdleFootprintTest, IdleKeepAliveConnectionHoldsTwoSmallBlocks) {
     long news_before = g_news.load();
 #endif
     for (int i = 0; i < n; ++i) {
-      int sv[2];
-      ASSERT_EQ(0, socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv));
-      clients.push_back(sv[1]);
-      auto c = std::make_unique<Connection>(d, sv[0], false, 1 << 20);
-      conns.push_back(std::make_unique<ServerConnection>(std::move(c), config, config->stats[0],
-                                                         factory, peer));
-      const char req[] = "GET / HTTP/1.1\r\nhost: x\r\n\r\n";
-      ASSERT_EQ(static_cast<ssize_t>(sizeof(req) - 1), write(sv[1], req, sizeof(req) - 1));
+      clients.push_back(AcceptWithRequest(d, config, factory, conns));
+      ASSERT_GE(clients.back(), 0);
     }
 #if RPX_HEAP_COUNTED
     double news_per_accept = static_cast<double>(g_news.load() - news_before) / n;
