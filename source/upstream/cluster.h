@@ -30,7 +30,14 @@ class ClusterResources {
  public:
   ClusterResources(uint32_t max_connections, uint32_t max_pending, uint32_t max_requests)
       : max_connections_(max_connections), max_pending_(max_pending), max_requests_(max_requests) {}
-  bool TryAcquireConnection() { return TryAcquire(connections_, max_connections_); }
+  // A pool starved for slots (see starved_workers) may take any free slot. Other pools leave one
+  // free slot per starved pool: a slot given back for a starved pool must reach it, not be taken
+  // again by the pool that gave it back when its next request comes in first (slots then
+  // ping-ponged between workers, each move a new upstream connection).
+  bool TryAcquireConnection(bool starved) {
+    int64_t reserved = starved ? 0 : starved_workers.load(std::memory_order_relaxed);
+    return TryAcquire(connections_, static_cast<int64_t>(max_connections_) - reserved);
+  }
   void ReleaseConnection() { connections_.fetch_sub(1, std::memory_order_relaxed); }
   bool TryAcquirePending() { return TryAcquire(pending_, max_pending_); }
   void ReleasePending() { pending_.fetch_sub(1, std::memory_order_relaxed); }
@@ -70,9 +77,9 @@ class ClusterResources {
   }
 
  private:
-  static bool TryAcquire(std::atomic<int64_t>& v, uint32_t max) {
+  static bool TryAcquire(std::atomic<int64_t>& v, int64_t max) {
     int64_t cur = v.load(std::memory_order_relaxed);
-    while (cur < static_cast<int64_t>(max)) {
+    while (cur < max) {
       if (v.compare_exchange_weak(cur, cur + 1, std::memory_order_relaxed)) return true;
     }
     return false;

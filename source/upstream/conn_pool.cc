@@ -368,7 +368,9 @@ ConnPool::ConnPool(Dispatcher& dispatcher, std::shared_ptr<const ClusterInfo> cl
                    std::shared_ptr<const Host> host, ClusterStats& stats)
     : dispatcher_(dispatcher), cluster_(std::move(cluster)), host_(std::move(host)), stats_(stats) {
   retry_timer_ = dispatcher_.CreateTimer([this] {
-    SetStarved(false);
+    // A starved pool stays starved (keeping its claim on the next free slot) until it gets a
+    // connection or has nothing left to wait for.
+    if (pending_.empty()) SetStarved(false);
     while (deferred_connect_errors_ > 0 && !pending_.empty()) {
       --deferred_connect_errors_;
       auto p = std::move(pending_.front());
@@ -437,8 +439,8 @@ void ConnPool::Cancel(Pending* p) {
 
 bool ConnPool::TryCreateConnection() {
   if (draining_) return false;
-  if (!cluster_->resources->TryAcquireConnection()) {
-    bool got = reclaim_ && reclaim_(this) && cluster_->resources->TryAcquireConnection();
+  if (!cluster_->resources->TryAcquireConnection(starved_)) {
+    bool got = reclaim_ && reclaim_(this) && cluster_->resources->TryAcquireConnection(starved_);
     if (!got) {
       stats_.upstream_cx_overflow.Inc();  // counted each time a connection could not be opened
       if (busy_.empty() && connecting_.empty()) {
@@ -451,6 +453,7 @@ bool ConnPool::TryCreateConnection() {
       return false;
     }
   }
+  SetStarved(false);
   int err = 0;
   auto conn = Connection::Connect(dispatcher_, host_->address, cluster_->buffer_limit, &err);
   if (!conn) {
@@ -586,6 +589,7 @@ bool ConnPool::CloseOneIdle() {
 
 void ConnPool::Drain() {
   draining_ = true;
+  SetStarved(false);  // a draining pool opens no connection, so it must not hold a slot reserved
   while (CloseOneIdle()) {
   }
 }

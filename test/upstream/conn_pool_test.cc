@@ -323,5 +323,39 @@ TEST_F(ConnPoolTest, GivesBackOneSlotPerStarvedPool) {
   EXPECT_EQ(upstream_.connections(), 3);  // a3 reused a's idle connection
 }
 
+// A slot freed while another pool is starved is kept for the starved pool: the pool that freed
+// it cannot take it back when its own next request comes first (it queues on its connections).
+TEST_F(ConnPoolTest, FreedSlotGoesToTheStarvedPool) {
+  auto info = MakeCluster(/*max_conn=*/2, /*max_pending=*/10);
+  ConnPool a(dispatcher_, info, MakeHost(upstream_.port()), info->stats[0]);
+  ConnPool b(dispatcher_, info, MakeHost(upstream_.port()), info->stats[0]);
+  upstream_.Hold();
+  TestRequest a1, a2, a3, b1;
+  a1.body_length = 10;  // abandoned mid-body below, so its connection closes at once
+  a1.first_body_bytes = "12345";
+  a1.handle = a.NewStream(a1);
+  a2.handle = a.NewStream(a2);
+  ASSERT_TRUE(dispatcher_.RunUntil([&] { return a1.ready && a2.ready; }, kWaitMs));
+  b1.handle = b.NewStream(b1);
+  EXPECT_EQ(info->resources->starved_workers.load(), 1);
+  // a1 is abandoned mid-request: its connection closes and its slot is free, reserved for b.
+  a1.client_->Reset();
+  EXPECT_EQ(info->resources->connections(), 1);
+  EXPECT_FALSE(info->resources->TryAcquireConnection(/*starved=*/false));
+  a3.handle = a.NewStream(a3);
+  EXPECT_FALSE(a3.failed);
+  EXPECT_EQ(info->resources->connections(), 1);  // a3 waits for a2's connection
+  ASSERT_TRUE(dispatcher_.RunUntil([&] { return b1.ready; }, kWaitMs));
+  EXPECT_FALSE(a3.ready);
+  EXPECT_EQ(info->resources->starved_workers.load(), 0);
+  EXPECT_EQ(info->resources->connections(), 2);
+  upstream_.Release();
+  ASSERT_TRUE(
+      dispatcher_.RunUntil([&] { return a2.complete && a3.complete && b1.complete; }, kWaitMs));
+  EXPECT_EQ(a3.status, 200);
+  EXPECT_EQ(b1.status, 200);
+  EXPECT_EQ(upstream_.connections(), 3);  // a's two, then b's one: no slot went back and forth
+}
+
 }  // namespace
 }  // namespace rpx
