@@ -13,12 +13,14 @@
 #   PROXIES="..."     subset of proxies, default: rpx nginx nginx-best haproxy; also available:
 #                     rpx-10kvh (10,000 more virtual hosts in the table), rpx-2w (2 workers on both
 #                     CPUs, the second shared with wrk and the origin), haproxy-bp (HAProxy with
-#                     `busy-polling`: it polls instead of sleeping)
+#                     `busy-polling`: it polls instead of sleeping), rpx-b (a second rpx for A/B
+#                     comparisons inside one interleaved run: RPX_B_BIN and RPX_B_ARGS)
 #   DIRECT=1          also run the "direct to origin" baseline for 4MiB-c10 (0 = skip)
 #   DIRECT_WRK_CPU=1  CPU for wrk in the direct row (1 = shares the origin's CPU, as in proxied rows;
 #                     0 = the CPU the proxy would use, so wrk and origin each get one)
 #   RPX_BIN=path      rpx binary (default <repo>/bazel-bin/source/exe/rpx); rpx is skipped if missing
 #   RPX_ARGS="..."    extra rpx arguments, appended after "-c FILE --concurrency 1 -l warn"
+#   RPX_B_BIN, RPX_B_ARGS  binary and arguments of rpx-b (default: RPX_BIN, RPX_ARGS)
 #   NGINX_BEST_TUNE=1 nginx-best also sets upstream keepalive_requests 100000 + keepalive_timeout 300s
 #                     (nginx's upstream default of 1000 requests per connection causes reconnects)
 #   SKIP_INSTALL=1    do not apt-get install missing tools
@@ -36,7 +38,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
 
 # --- options (remember which were given, for the report header) --------------------------
-OPTION_VARS=(RUNS DURATION WARMUP ROWS PROXIES DIRECT DIRECT_WRK_CPU RPX_BIN RPX_ARGS NGINX_BEST_TUNE SKIP_INSTALL BASE_PORT OUT_DIR KEEP_TMP)
+OPTION_VARS=(RUNS DURATION WARMUP ROWS PROXIES DIRECT DIRECT_WRK_CPU RPX_BIN RPX_ARGS RPX_B_BIN RPX_B_ARGS NGINX_BEST_TUNE SKIP_INSTALL BASE_PORT OUT_DIR KEEP_TMP)
 GIVEN_ENV=""
 for v in "${OPTION_VARS[@]}"; do
   if [ -n "${!v+x}" ]; then
@@ -54,6 +56,8 @@ DIRECT=${DIRECT:-1}
 DIRECT_WRK_CPU=${DIRECT_WRK_CPU:-1}
 RPX_BIN=${RPX_BIN:-$ROOT/bazel-bin/source/exe/rpx}
 RPX_ARGS=${RPX_ARGS:-}
+RPX_B_BIN=${RPX_B_BIN:-$RPX_BIN}
+RPX_B_ARGS=${RPX_B_ARGS:-$RPX_ARGS}
 NGINX_BEST_TUNE=${NGINX_BEST_TUNE:-0}
 SKIP_INSTALL=${SKIP_INSTALL:-0}
 BASE_PORT=${BASE_PORT:-18000}
@@ -71,7 +75,7 @@ log() { echo "[bench $(date +%H:%M:%S)] $*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
 for r in $ROWS; do [ -n "${ROW_PATH[$r]+x}" ] || die "unknown row '$r' (known: 30B-c1 30B-c10 $ALL_ROWS)"; done
-KNOWN_PROXIES="$ALL_PROXIES rpx-10kvh rpx-2w haproxy-bp"
+KNOWN_PROXIES="$ALL_PROXIES rpx-10kvh rpx-2w rpx-b haproxy-bp"
 for p in $PROXIES; do case " $KNOWN_PROXIES " in *" $p "*) ;; *) die "unknown proxy '$p' (known: $KNOWN_PROXIES)";; esac; done
 [[ "$RUNS" =~ ^[1-9][0-9]*$ ]] || die "RUNS must be a positive integer"
 
@@ -498,9 +502,11 @@ start_proxy() {  # $1 name; sets PROXY_PID, PROXY_PORT; returns 1 if it cannot b
   mkdir -p "$dir"
   pick_port PROXY_PORT
   case "$name" in
-    rpx|rpx-10kvh|rpx-2w)
-      if [ ! -x "$RPX_BIN" ]; then
-        log "SKIP rpx: RPX_BIN=$RPX_BIN is not an executable file (build rpx first, or set RPX_BIN)"
+    rpx|rpx-10kvh|rpx-2w|rpx-b)
+      local bin=$RPX_BIN args=$RPX_ARGS
+      if [ "$name" = rpx-b ]; then bin=$RPX_B_BIN; args=$RPX_B_ARGS; fi
+      if [ ! -x "$bin" ]; then
+        log "SKIP $name: $bin is not an executable file (build rpx first, or set RPX_BIN/RPX_B_BIN)"
         return 1
       fi
       pick_port admin
@@ -509,7 +515,7 @@ start_proxy() {  # $1 name; sets PROXY_PID, PROXY_PORT; returns 1 if it cannot b
       if [ "$name" = rpx-2w ]; then workers=2; cpus=0,1; fi  # the second shares wrk's CPU
       write_rpx_conf "$dir" "$PROXY_PORT" "$admin" "$vhosts"
       # shellcheck disable=SC2086
-      taskset -c "$cpus" "$RPX_BIN" -c "$dir/bootstrap.yaml" --concurrency "$workers" -l warn $RPX_ARGS \
+      taskset -c "$cpus" "$bin" -c "$dir/bootstrap.yaml" --concurrency "$workers" -l warn $args \
         >"$dir/stdout.log" 2>&1 &
       ;;
     nginx|nginx-best)
