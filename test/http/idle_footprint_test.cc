@@ -67,20 +67,24 @@ std::shared_ptr<HttpConfig> MakeConfig() {
   return config;
 }
 
-// Accepts one connection (a socketpair) into `conns` and sends a GET on it; returns the client
-// end, or -1.
-int AcceptWithRequest(Dispatcher& d, const std::shared_ptr<HttpConfig>& config,
-                      StreamHandlerFactory& factory,
-                      std::vector<std::unique_ptr<ServerConnection>>& conns) {
+// Accepts `n` connections (socketpairs) into `conns` and sends a GET on each; appends the client
+// ends to `clients`. False if a socketpair or a write fails.
+bool AcceptWithRequests(Dispatcher& d, const std::shared_ptr<HttpConfig>& config,
+                        StreamHandlerFactory& factory, int n,
+                        std::vector<std::unique_ptr<ServerConnection>>& conns,
+                        std::vector<int>& clients) {
   static const SocketAddress peer = *SocketAddress::FromIpPort("127.0.0.1", 1234);
-  int sv[2];
-  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) != 0) return -1;
-  auto c = std::make_unique<Connection>(d, sv[0], false, 1 << 20);
-  conns.push_back(
-      std::make_unique<ServerConnection>(std::move(c), config, config->stats[0], factory, peer));
   const char req[] = "GET / HTTP/1.1\r\nhost: x\r\n\r\n";
-  if (write(sv[1], req, sizeof(req) - 1) != static_cast<ssize_t>(sizeof(req) - 1)) return -1;
-  return sv[1];
+  for (int i = 0; i < n; ++i) {
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) != 0) return false;
+    clients.push_back(sv[1]);
+    auto c = std::make_unique<Connection>(d, sv[0], false, 1 << 20);
+    conns.push_back(
+        std::make_unique<ServerConnection>(std::move(c), config, config->stats[0], factory, peer));
+    if (write(sv[1], req, sizeof(req) - 1) != static_cast<ssize_t>(sizeof(req) - 1)) return false;
+  }
+  return true;
 }
 
 // A handler that never answers: its request stays in flight until the client goes away.
@@ -108,10 +112,7 @@ TEST(IdleFootprintTest, RequestsInFlightCountAsDispatcherPendingWork) {
   constexpr int kConns = 10;
   std::vector<int> clients;
   std::vector<std::unique_ptr<ServerConnection>> conns;
-  for (int i = 0; i < kConns; ++i) {
-    clients.push_back(AcceptWithRequest(d, config, factory, conns));
-    ASSERT_GE(clients.back(), 0);
-  }
+  ASSERT_TRUE(AcceptWithRequests(d, config, factory, kConns, conns, clients));
   ASSERT_TRUE(d.RunUntil([&] { return d.pending() == kConns; }, 5000));
   for (int fd : clients) close(fd);
   ASSERT_TRUE(d.RunUntil([&] { return d.pending() == 0; }, 5000));
@@ -140,10 +141,7 @@ TEST(IdleFootprintTest, IdleKeepAliveConnectionHoldsTwoSmallBlocks) {
 #if RPX_HEAP_COUNTED
     long news_before = g_news.load();
 #endif
-    for (int i = 0; i < n; ++i) {
-      clients.push_back(AcceptWithRequest(d, config, factory, conns));
-      ASSERT_GE(clients.back(), 0);
-    }
+    ASSERT_TRUE(AcceptWithRequests(d, config, factory, n, conns, clients));
 #if RPX_HEAP_COUNTED
     double news_per_accept = static_cast<double>(g_news.load() - news_before) / n;
 #endif
