@@ -65,6 +65,7 @@ ServerConnection::ServerConnection(std::unique_ptr<Connection> conn,
 }
 
 std::string ServerConnection::remote_ip() const {
+  if (peer_family_ == AF_INET) return FormatIpv4(peer_addr_);
   char buf[INET6_ADDRSTRLEN] = {0};
   if (peer_family_ != 0) inet_ntop(peer_family_, peer_addr_, buf, sizeof(buf));
   return buf;

@@ -42,10 +42,24 @@ uint16_t SocketAddress::port() const {
   return ntohs(reinterpret_cast<const sockaddr_in6*>(&storage)->sin6_port);
 }
 
+std::string FormatIpv4(const uint8_t bytes[4]) {
+  char buf[16];
+  char* p = buf;
+  for (int i = 0; i < 4; ++i) {
+    unsigned v = bytes[i];
+    if (i > 0) *p++ = '.';
+    if (v >= 100) *p++ = static_cast<char>('0' + v / 100);
+    if (v >= 10) *p++ = static_cast<char>('0' + v / 10 % 10);
+    *p++ = static_cast<char>('0' + v % 10);
+  }
+  return std::string(buf, p - buf);
+}
+
 std::string SocketAddress::Ip() const {
   char buf[INET6_ADDRSTRLEN] = {0};
   if (family() == AF_INET) {
-    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&storage)->sin_addr, buf, sizeof(buf));
+    return FormatIpv4(reinterpret_cast<const uint8_t*>(
+        &reinterpret_cast<const sockaddr_in*>(&storage)->sin_addr));
   } else if (family() == AF_INET6) {
     inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&storage)->sin6_addr, buf,
               sizeof(buf));

@@ -25,6 +25,10 @@ struct SocketAddress {
   bool operator==(const SocketAddress& o) const { return ToString() == o.ToString(); }
 };
 
+// "a.b.c.d" for an IPv4 address given as its 4 bytes in network order: what inet_ntop prints,
+// without the sprintf it uses (the client address goes into every request's x-forwarded-for).
+std::string FormatIpv4(const uint8_t bytes[4]);
+
 // Resolves `host` (name or literal) to addresses with getaddrinfo. Blocking: main thread only.
 absl::StatusOr<std::vector<SocketAddress>> ResolveHost(const std::string& host, uint32_t port);
 

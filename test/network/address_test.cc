@@ -1,0 +1,46 @@
+#include "source/network/address.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <cstdint>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace rpx {
+namespace {
+
+std::string Ntop(const uint8_t b[4]) {
+  char buf[INET_ADDRSTRLEN];
+  return inet_ntop(AF_INET, b, buf, sizeof(buf));
+}
+
+// Every value in every position (one, two and three digits, 0 in the middle), against inet_ntop.
+TEST(AddressTest, FormatIpv4MatchesInetNtop) {
+  for (int pos = 0; pos < 4; ++pos) {
+    for (int v = 0; v < 256; ++v) {
+      uint8_t b[4] = {127, 0, 10, 255};
+      b[pos] = static_cast<uint8_t>(v);
+      ASSERT_EQ(FormatIpv4(b), Ntop(b)) << "octet " << pos << " = " << v;
+    }
+  }
+  const uint8_t zeros[4] = {0, 0, 0, 0};
+  EXPECT_EQ(FormatIpv4(zeros), "0.0.0.0");
+  const uint8_t max[4] = {255, 255, 255, 255};
+  EXPECT_EQ(FormatIpv4(max), "255.255.255.255");
+}
+
+TEST(AddressTest, IpAndToString) {
+  auto v4 = SocketAddress::FromIpPort("192.168.100.7", 8080);
+  ASSERT_TRUE(v4.ok());
+  EXPECT_EQ(v4->Ip(), "192.168.100.7");
+  EXPECT_EQ(v4->ToString(), "192.168.100.7:8080");
+  auto v6 = SocketAddress::FromIpPort("::1", 443);
+  ASSERT_TRUE(v6.ok());
+  EXPECT_EQ(v6->Ip(), "::1");
+  EXPECT_EQ(v6->ToString(), "[::1]:443");
+}
+
+}  // namespace
+}  // namespace rpx
