@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "source/common/logger.h"
+#include "source/event/io_ring.h"
 
 namespace rpx {
 namespace {
@@ -152,6 +153,7 @@ Dispatcher::Dispatcher(std::string name) : name_(std::move(name)) {
 Dispatcher::~Dispatcher() {
   EndOrphans();
   ClearDeferred();
+  ring_.reset();
   close(wake_fd_);
   close(epoll_fd_);
 }
@@ -260,8 +262,37 @@ int Dispatcher::Poll(struct epoll_event* events, int max_events, int timeout_ms)
   return epoll_wait(epoll_fd_, events, max_events, timeout_ms);
 }
 
+// Must hold one whole epoll batch (RunOnce's kMaxEvents).
+constexpr unsigned kRingEntries = 256;
+
+void Dispatcher::ReadAhead(struct epoll_event* events, int n) {
+  if (!ring_) {
+    ring_ = IoRing::Create(kRingEntries);
+    if (!ring_ || ring_->capacity() < static_cast<unsigned>(n)) {
+      RPX_LOG(kWarn, "%s: io_uring unavailable (%s); reading sockets one by one", name_.c_str(),
+              ring_ ? "ring too small" : strerror(errno));
+      ring_.reset();
+      read_batching_ = false;
+      return;
+    }
+  }
+  for (int i = 0; i < n; ++i) {
+    auto* fe = static_cast<FileEvent*>(events[i].data.ptr);
+    if (fe == nullptr || fe->fd_ < 0) continue;
+    if (!(events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))) continue;
+    char* buf;
+    size_t len;
+    if (fe->ReadAheadBuffer(&buf, &len)) ring_->QueueRecv(fe->fd_, buf, len, i);
+  }
+  if (ring_->queued() == 0) return;
+  ++read_batches_;
+  batched_reads_ += ring_->Submit([events](uint64_t i, ssize_t result) {
+    static_cast<FileEvent*>(events[i].data.ptr)->OnReadAhead(result);
+  });
+}
+
 void Dispatcher::RunOnce(int max_wait_ms) {
-  constexpr int kMaxEvents = 256;
+  constexpr int kMaxEvents = static_cast<int>(kRingEntries);
   struct epoll_event events[kMaxEvents];
   int timeout = max_wait_ms;
   if (!timers_.empty()) {
@@ -277,6 +308,8 @@ void Dispatcher::RunOnce(int max_wait_ms) {
     exit_.store(true);
     return;
   }
+  // With one event a plain recv is as cheap as the ring.
+  if (read_batching_ && n > 1) ReadAhead(events, n);
   for (int i = 0; i < n; ++i) {
     auto* fe = static_cast<FileEvent*>(events[i].data.ptr);
     if (fe == nullptr) {

@@ -53,6 +53,8 @@ void Usage(FILE* out) {
           "  --batch-wait-us N        with requests in flight, an idle worker sleeps N us (up to\n"
           "                           10 times) before blocking, to handle arrivals in batches\n"
           "                           instead of being woken for each (default 20; 0: off)\n"
+          "  --disable-read-batching  read each ready socket with its own recv(2) instead of\n"
+          "                           all of an epoll batch in one io_uring_enter(2)\n"
           "  --version, -h/--help\n");
 }
 
@@ -126,6 +128,8 @@ int main(int argc, char** argv) {
     } else if (arg == "--batch-wait-us") {
       options.batch_wait_us =
           static_cast<uint32_t>(IntFlag("--batch-wait-us", next("--batch-wait-us"), 0, 1000));
+    } else if (arg == "--disable-read-batching") {
+      options.read_batching = false;
     } else if (arg == "--disable-splice") {
       rpx::Splicer::SetEnabled(false);
     } else if (arg == "--version") {

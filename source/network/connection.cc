@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 namespace rpx {
@@ -24,7 +25,8 @@ RawTransport& RawTransport::Instance() {
 }
 
 ssize_t RawTransport::Read(int fd, char* buf, size_t len) {
-  ssize_t n = ::read(fd, buf, len);
+  // recv, not read: the same for a socket, minus the VFS layers read(2) goes through.
+  ssize_t n = ::recv(fd, buf, len, 0);
   return n >= 0 ? n : -errno;
 }
 
@@ -165,6 +167,11 @@ void Connection::WantSpliceWrite(bool want) {
 }
 
 void Connection::OnFileEvent(uint32_t events) {
+  // A read taken early for this event (read batching). If no DoRead below uses it, the
+  // connection is closing, or splicing (which starts only with read_buffer_ empty, so then the
+  // early read found nothing the splicer will not see again itself).
+  int32_t ahead = read_ahead_;
+  read_ahead_ = kNoReadAhead;
   if (state_ == State::kConnecting) {
     int err = 0;
     socklen_t len = sizeof(err);
@@ -202,7 +209,7 @@ void Connection::OnFileEvent(uint32_t events) {
     if (events & (FileEvent::kRead | FileEvent::kClosed)) splice_source_->OnSpliceReadable();
     if (splice_source_ && state_ == State::kOpen) return;
   }
-  if ((events & FileEvent::kRead) && state_ == State::kOpen) DoRead();
+  if ((events & FileEvent::kRead) && state_ == State::kOpen) DoRead(ahead);
   // Hang-up or error while reads are disabled: nothing above noticed it, and level-triggered
   // epoll would report it forever.
   if ((events & FileEvent::kClosed) && state_ != State::kClosed) {
@@ -210,17 +217,53 @@ void Connection::OnFileEvent(uint32_t events) {
   }
 }
 
-void Connection::DoRead() {
+size_t Connection::NextReadSize() const {
+  // Read into the free tail when it is worth a syscall; else get a (pooled) block's worth.
+  size_t writable = read_buffer_.WritableBytes();
+  return writable >= 4096 ? std::min(writable, kMaxReadPerEvent) : kReadChunk;
+}
+
+bool Connection::ReadAheadBuffer(char** buf, size_t* len) {
+  // Only where DoRead would read the socket next, with recv(2) on the raw bytes.
+  if (state_ != State::kOpen || read_disabled_ || splice_source_ ||
+      transport_ != &RawTransport::Instance() || read_ahead_ != kNoReadAhead) {
+    return false;
+  }
+  size_t want = NextReadSize();
+  *buf = read_buffer_.Reserve(want);
+  *len = want;
+  read_ahead_want_ = static_cast<uint32_t>(want);
+  return true;
+}
+
+void Connection::OnReadAhead(ssize_t result) {
+  if (result > 0) read_buffer_.Commit(result);
+  read_ahead_ = static_cast<int32_t>(result);
+}
+
+void Connection::DoRead(int32_t ahead) {
   size_t total = 0;
   bool eof = false;
   // A splicer may take over the socket from inside OnData: stop reading into the buffer then.
-  while (total < kMaxReadPerEvent && !read_disabled_ && state_ == State::kOpen && !splice_source_) {
-    // Read into the free tail when it is worth a syscall; else get a (pooled) block's worth.
-    size_t want = read_buffer_.WritableBytes() >= 4096 ? read_buffer_.WritableBytes() : kReadChunk;
-    char* p = read_buffer_.Reserve(want);
-    ssize_t n = transport_->Read(fd_, p, want);
+  // A read taken early (read batching) counts as this loop's first.
+  while (ahead != kNoReadAhead || (total < kMaxReadPerEvent && !read_disabled_ &&
+                                   state_ == State::kOpen && !splice_source_)) {
+    size_t want;
+    ssize_t n;
+    if (ahead != kNoReadAhead) {
+      n = ahead;
+      want = read_ahead_want_;
+      ahead = kNoReadAhead;
+      // Its bytes are in read_buffer_ already. An owner that disabled reading since finds them
+      // there when it enables reading again (the ReadDisable contract).
+      if (n > 0 && read_disabled_) break;
+    } else {
+      want = NextReadSize();
+      char* p = read_buffer_.Reserve(want);
+      n = transport_->Read(fd_, p, want);
+      if (n > 0) read_buffer_.Commit(n);
+    }
     if (n > 0) {
-      read_buffer_.Commit(n);
       total += n;
       if (callbacks_) callbacks_->OnData(read_buffer_);
       if (static_cast<size_t>(n) < want) break;  // socket drained (saves an EAGAIN read)

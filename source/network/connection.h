@@ -106,6 +106,12 @@ class Connection : public DeferredDeletable, public Flushable {
 
   void Flush() override;
 
+  // Read batching (Dispatcher::SetReadBatching), called by the file event: where the next read
+  // may go (plaintext connections that want to read now), and its result, which the next
+  // DoRead takes before it reads the socket itself.
+  bool ReadAheadBuffer(char** buf, size_t* len);
+  void OnReadAhead(ssize_t result);
+
   // For an owner that goes away: a connection still flushing or lingering finishes that on its
   // own and then frees itself; any other is closed and freed now.
   static void Release(std::unique_ptr<Connection> conn);
@@ -114,7 +120,8 @@ class Connection : public DeferredDeletable, public Flushable {
   enum class State : uint8_t { kConnecting, kOpen, kClosingAfterFlush, kLingering, kClosed };
   void StartLinger();
   void OnFileEvent(uint32_t events);
-  void DoRead();
+  void DoRead(int32_t ahead);
+  size_t NextReadSize() const;
   void DoWrite();
   void CloseNow(ConnectionEvent event, bool notify);
   void UpdateInterest();
@@ -138,7 +145,11 @@ class Connection : public DeferredDeletable, public Flushable {
   TransportSocket* transport_;
   SpliceHandler* splice_source_ = nullptr;
   SpliceHandler* splice_sink_ = nullptr;
-  MemberFileEvent<Connection, &Connection::OnFileEvent> file_event_;
+  // A read the dispatcher took early (read batching): its bytes are already in read_buffer_.
+  static constexpr int32_t kNoReadAhead = INT32_MIN;
+  int32_t read_ahead_ = kNoReadAhead;  // bytes, 0 (end of stream) or -errno
+  uint32_t read_ahead_want_ = 0;       // how much it asked for: fewer means the socket is drained
+  ReadingFileEvent<Connection, &Connection::OnFileEvent> file_event_;
   std::unique_ptr<Timer> linger_timer_;
   Buffer read_buffer_;
   Buffer write_buffer_;
