@@ -64,29 +64,35 @@ def main():
             "ocpu": median([num(r["origin_cpu_us_per_req"]) for r in rs]),
             "busy": median([num(r.get("proxy_cpu_pct")) for r in rs]),
             "cpu1": median([num(r.get("cpu1_us_per_req")) for r in rs]),
+            "throttled": median([num(r.get("throttled_pct")) for r in rs]),
             "other": max([v for v in (num(r.get("other_cpu_pct")) for r in rs) if v is not None], default=None),
         }
 
+    # The throttled column exists only in runs with a CPU cap (bench/run.sh PROXY_CPU < 1).
+    capped = any(a["throttled"] is not None for a in agg.values())
     out = []
     with open(header_path) as f:
         out.append(f.read().rstrip("\n"))
     out.append("")
     out.append("| row | proxy | req/s | p99 | errors (non-2xx + socket) | TIME_WAIT upstream | TIME_WAIT total "
-               "| RSS MiB | CPU µs/req | proxy CPU % | CPU 1 µs/req | req/s rpx/nginx | CPU/req rpx/nginx "
-               "| other CPU % |")
-    out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+               "| RSS MiB | CPU µs/req | proxy CPU % | " + ("throttled % | " if capped else "") +
+               "CPU 1 µs/req | req/s rpx/nginx | CPU/req rpx/nginx | req/s rpx/haproxy | other CPU % |")
+    out.append("|---|---|" + "---:|" * (14 if capped else 13))
     for row in rows:
         for proxy in proxies:
             a = agg.get((row, proxy))
             if a is None:
                 continue
-            ratio_rps = ratio_cpu = "—"
+            ratio_rps = ratio_cpu = ratio_hap = "—"
             if proxy == "rpx":
                 n = agg.get((row, "nginx"))
                 if n and a["req_s"] and n["req_s"]:
                     ratio_rps = f"{a['req_s'] / n['req_s']:.2f}"
                 if n and a["cpu"] and n["cpu"]:
                     ratio_cpu = f"{a['cpu'] / n['cpu']:.2f}"
+                h = agg.get((row, "haproxy"))
+                if h and a["req_s"] and h["req_s"]:
+                    ratio_hap = f"{a['req_s'] / h['req_s']:.2f}"
             label = "direct (origin)" if proxy == "direct" else proxy
             if a["failed_runs"]:
                 label += f" ({a['failed_runs']}/{a['runs']} runs failed)"
@@ -94,8 +100,9 @@ def main():
             out.append(
                 f"| {row} | {label} | {fmt(a['req_s'])} | {fmt_ms(a['p99'])} | {fmt(a['errors'])} "
                 f"| {fmt(a['tw_up'])} | {fmt(a['tw_total'])} | {fmt(rss, 1)} | {fmt(a['cpu'], 1)} | {fmt(a['busy'])} "
-                f"| {fmt(a['cpu1'], 1)} "
-                f"| {ratio_rps} | {ratio_cpu} | {fmt(a['other'])} |"
+                + (f"| {fmt(a['throttled'])} " if capped else "")
+                + f"| {fmt(a['cpu1'], 1)} "
+                f"| {ratio_rps} | {ratio_cpu} | {ratio_hap} | {fmt(a['other'])} |"
             )
     out.append("")
     out.append("Medians over the runs (errors: worst run). TIME_WAIT = sockets that entered TIME_WAIT during "
@@ -106,7 +113,10 @@ def main():
                "when CPU 1 is full, req/s follows it. "
                "proxy CPU % = share of its CPU (CPU 0) the proxy used; well under 100 means the load "
                "generator side (wrk + origin on CPU 1) was the limit, so compare CPU µs/req rather than req/s. "
-               "Ratios compare rpx with the `nginx` row (lower CPU/req ratio is better). "
+               "Ratios compare rpx with the `nginx` row (lower CPU/req ratio is better) and, for req/s, "
+               "with the `haproxy` row. "
+               + ("throttled % = share of the proxy's CPU-quota periods in which it used up its quota "
+                  "(near 100 = the cap, not CPU 1, limited req/s). " if capped else "") +
                "other CPU % = CPU used during the run by anything but the proxy, the origin and wrk, in % of "
                "one CPU (worst run); more than a few % means something else was running and the row is noisy.")
     print("\n".join(out))

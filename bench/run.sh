@@ -21,6 +21,10 @@
 #   RPX_BIN=path      rpx binary (default <repo>/bazel-bin/source/exe/rpx); rpx is skipped if missing
 #   RPX_ARGS="..."    extra rpx arguments, appended after "-c FILE --concurrency 1 -l warn"
 #   RPX_B_BIN, RPX_B_ARGS  binary and arguments of rpx-b (default: RPX_BIN, RPX_ARGS)
+#   PROXY_CPU=1       CPU time each proxy may use, in CPUs (a cgroup CPU quota; e.g. 0.5 = half of CPU 0).
+#                     Below 1, the proxy is the bottleneck instead of wrk + origin on CPU 1, so req/s
+#                     compares the proxies per core. Needs root and the cgroup cpu controller.
+#   PROXY_CPU_PERIOD_US=10000  the quota's period (shorter = shorter throttled pauses)
 #   NGINX_BEST_TUNE=1 nginx-best also sets upstream keepalive_requests 100000 + keepalive_timeout 300s
 #                     (nginx's upstream default of 1000 requests per connection causes reconnects)
 #   SKIP_INSTALL=1    do not apt-get install missing tools
@@ -38,7 +42,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
 
 # --- options (remember which were given, for the report header) --------------------------
-OPTION_VARS=(RUNS DURATION WARMUP ROWS PROXIES DIRECT DIRECT_WRK_CPU RPX_BIN RPX_ARGS RPX_B_BIN RPX_B_ARGS NGINX_BEST_TUNE SKIP_INSTALL BASE_PORT OUT_DIR KEEP_TMP)
+OPTION_VARS=(RUNS DURATION WARMUP ROWS PROXIES DIRECT DIRECT_WRK_CPU RPX_BIN RPX_ARGS RPX_B_BIN RPX_B_ARGS PROXY_CPU PROXY_CPU_PERIOD_US NGINX_BEST_TUNE SKIP_INSTALL BASE_PORT OUT_DIR KEEP_TMP)
 GIVEN_ENV=""
 for v in "${OPTION_VARS[@]}"; do
   if [ -n "${!v+x}" ]; then
@@ -58,6 +62,8 @@ RPX_BIN=${RPX_BIN:-$ROOT/bazel-bin/source/exe/rpx}
 RPX_ARGS=${RPX_ARGS:-}
 RPX_B_BIN=${RPX_B_BIN:-$RPX_BIN}
 RPX_B_ARGS=${RPX_B_ARGS:-$RPX_ARGS}
+PROXY_CPU=${PROXY_CPU:-1}
+PROXY_CPU_PERIOD_US=${PROXY_CPU_PERIOD_US:-10000}
 NGINX_BEST_TUNE=${NGINX_BEST_TUNE:-0}
 SKIP_INSTALL=${SKIP_INSTALL:-0}
 BASE_PORT=${BASE_PORT:-18000}
@@ -78,6 +84,14 @@ for r in $ROWS; do [ -n "${ROW_PATH[$r]+x}" ] || die "unknown row '$r' (known: 3
 KNOWN_PROXIES="$ALL_PROXIES rpx-10kvh rpx-2w rpx-b haproxy-bp"
 for p in $PROXIES; do case " $KNOWN_PROXIES " in *" $p "*) ;; *) die "unknown proxy '$p' (known: $KNOWN_PROXIES)";; esac; done
 [[ "$RUNS" =~ ^[1-9][0-9]*$ ]] || die "RUNS must be a positive integer"
+[[ "$PROXY_CPU" =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)$ ]] || die "PROXY_CPU must be a number of CPUs, e.g. 0.5 (got '$PROXY_CPU')"
+[[ "$PROXY_CPU_PERIOD_US" =~ ^[0-9]+$ ]] && [ "$PROXY_CPU_PERIOD_US" -ge 1000 ] && [ "$PROXY_CPU_PERIOD_US" -le 1000000 ] ||
+  die "PROXY_CPU_PERIOD_US must be 1000..1000000 (got '$PROXY_CPU_PERIOD_US')"
+# quota per period in µs; 0 = no cap (PROXY_CPU=1: the proxy has CPU 0 to itself anyway)
+PROXY_QUOTA_US=$(awk -v c="$PROXY_CPU" -v p="$PROXY_CPU_PERIOD_US" 'BEGIN { print (c == 1 ? 0 : int(c * p + 0.5)) }')
+if [ "$PROXY_QUOTA_US" != 0 ] && [ "$PROXY_QUOTA_US" -lt 1000 ]; then
+  die "PROXY_CPU=$PROXY_CPU x PROXY_CPU_PERIOD_US=$PROXY_CPU_PERIOD_US is under the kernel's 1 ms minimum quota"
+fi
 
 # "10s" / "1m" / "500ms" / "7" -> whole seconds, rounded up (only used for timeouts)
 to_secs() {
@@ -128,11 +142,13 @@ CLK_TCK=$(getconf CLK_TCK)
 
 # --- bookkeeping: every PID we start, cleaned up on exit --------------------------------------
 STARTED_PIDS=()
+CG_DIRS=()
 TMP=""
 cleanup() {
-  local rc=$? pid kids
+  local rc=$? pid kids d
   trap - EXIT INT TERM
   for pid in "${STARTED_PIDS[@]}"; do stop_pid "$pid" quiet; done
+  for d in "${CG_DIRS[@]}"; do rmdir "$d" 2>/dev/null || log "could not remove cgroup $d"; done
   if [ -n "$TMP" ] && [ -d "$TMP" ]; then
     if [ "$KEEP_TMP" = 1 ]; then log "kept temp dir $TMP"; else rm -rf "$TMP"; fi
   fi
@@ -170,6 +186,45 @@ forget_pid() {
   STARTED_PIDS=("${keep[@]+"${keep[@]}"}")
 }
 
+# --- optional CPU cap (PROXY_CPU): one cgroup per proxy, same quota for each -----------------------
+CG_ROOT=""; CG_KIND=""
+if [ "$PROXY_QUOTA_US" != 0 ]; then
+  if [ -f /sys/fs/cgroup/cpu/cpu.cfs_quota_us ]; then CG_ROOT=/sys/fs/cgroup/cpu; CG_KIND=v1
+  elif grep -qw cpu /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then CG_ROOT=/sys/fs/cgroup; CG_KIND=v2
+  else die "PROXY_CPU=$PROXY_CPU needs the cgroup cpu controller (found neither /sys/fs/cgroup/cpu/cpu.cfs_quota_us nor cpu in /sys/fs/cgroup/cgroup.controllers)"
+  fi
+  [ -w "$CG_ROOT" ] || die "PROXY_CPU=$PROXY_CPU needs write access to $CG_ROOT (run as root)"
+fi
+make_cgroup() {  # make_cgroup NAME VAR: a cgroup capped at PROXY_CPU for proxy NAME; VAR = its dir ("" = no cap)
+  local d=""
+  if [ -n "$CG_ROOT" ]; then
+    d="$CG_ROOT/rpx-bench.$$.$1"
+    mkdir "$d" || die "cannot create cgroup $d"
+    CG_DIRS+=("$d")
+    if [ "$CG_KIND" = v1 ]; then
+      { echo "$PROXY_CPU_PERIOD_US" >"$d/cpu.cfs_period_us" && echo "$PROXY_QUOTA_US" >"$d/cpu.cfs_quota_us"; } ||
+        die "cannot set the CPU quota of $d"
+    else
+      { grep -qw cpu "$CG_ROOT/cgroup.subtree_control" || echo +cpu >"$CG_ROOT/cgroup.subtree_control"; } &&
+        echo "$PROXY_QUOTA_US $PROXY_CPU_PERIOD_US" >"$d/cpu.max" || die "cannot set the CPU quota of $d"
+    fi
+  fi
+  printf -v "$2" '%s' "$d"
+}
+# in_cgroup DIR CMD...: exec CMD inside cgroup DIR ("" = no cgroup). Run it with &: the background
+# subshell joins the cgroup and execs, so $! is CMD's PID and CMD's children inherit the cap.
+in_cgroup() {
+  local d=$1; shift
+  if [ -n "$d" ]; then echo "$BASHPID" >"$d/cgroup.procs" || exit 1; fi
+  exec "$@"
+}
+# "periods throttled" of a cgroup so far ("0 0" without one): the share of quota periods in which
+# the proxy ran out of CPU shows that the cap, not CPU 1, was the limit.
+cg_throttle() {
+  if [ -n "$1" ]; then awk '$1 == "nr_periods" {p = $2} $1 == "nr_throttled" {t = $2} END {print p + 0, t + 0}' "$1/cpu.stat"
+  else echo "0 0"; fi
+}
+
 port_free() { [ -z "$(ss -Htln "sport = :$1" 2>/dev/null)" ]; }
 NEXT_PORT=$BASE_PORT
 pick_port() {  # pick_port VAR: next free port >= NEXT_PORT (never the same one twice in a run)
@@ -195,7 +250,7 @@ STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 RAW="$OUT_DIR/raw/$STAMP"
 mkdir -p "$RAW" "$TMP/www"
 RESULTS_TSV="$RAW/results.tsv"
-printf 'proxy\trow\trun\treq_s\tp99_ms\trequests\tnon2xx\tsock_err\ttw_upstream\ttw_total\trss_kib\tcpu_us_per_req\torigin_cpu_us_per_req\ttransfer_per_s\tother_cpu_pct\tproxy_cpu_pct\tcpu1_us_per_req\n' >"$RESULTS_TSV"
+printf 'proxy\trow\trun\treq_s\tp99_ms\trequests\tnon2xx\tsock_err\ttw_upstream\ttw_total\trss_kib\tcpu_us_per_req\torigin_cpu_us_per_req\ttransfer_per_s\tother_cpu_pct\tproxy_cpu_pct\tcpu1_us_per_req\tthrottled_pct\n' >"$RESULTS_TSV"
 
 printf 'hello from the rpx benchmark\n' >"$TMP/www/small.txt"          # 29 bytes
 {
@@ -496,10 +551,13 @@ log "origin nginx PID $ORIGIN_PID on 127.0.0.1 ports ${ORIGIN_PORTS[*]} (one per
 
 # --- proxies ---------------------------------------------------------------------------------------
 PROXY_PID=""; PROXY_PORT=""
+declare -A PROXY_CG  # proxy name -> its capped cgroup dir ("" when PROXY_CPU=1)
 start_proxy() {  # $1 name; sets PROXY_PID, PROXY_PORT; returns 1 if it cannot be started
-  local name=$1 dir="$TMP/$1" admin
+  local name=$1 dir="$TMP/$1" admin cg
   UPSTREAM_PORT=${ORIGIN_PORTS[$name]}  # read by the config writers
   mkdir -p "$dir"
+  make_cgroup "$name" cg
+  PROXY_CG[$name]=$cg
   pick_port PROXY_PORT
   case "$name" in
     rpx|rpx-10kvh|rpx-2w|rpx-b)
@@ -515,7 +573,7 @@ start_proxy() {  # $1 name; sets PROXY_PID, PROXY_PORT; returns 1 if it cannot b
       if [ "$name" = rpx-2w ]; then workers=2; cpus=0,1; fi  # the second shares wrk's CPU
       write_rpx_conf "$dir" "$PROXY_PORT" "$admin" "$vhosts"
       # shellcheck disable=SC2086
-      taskset -c "$cpus" "$bin" -c "$dir/bootstrap.yaml" --concurrency "$workers" -l warn $args \
+      in_cgroup "$cg" taskset -c "$cpus" "$bin" -c "$dir/bootstrap.yaml" --concurrency "$workers" -l warn $args \
         >"$dir/stdout.log" 2>&1 &
       ;;
     nginx|nginx-best)
@@ -524,7 +582,7 @@ start_proxy() {  # $1 name; sets PROXY_PID, PROXY_PORT; returns 1 if it cannot b
       write_nginx_proxy_conf "$dir" "$PROXY_PORT" "$ka" "$tune"
       nginx -t -q -p "$dir" -c "$dir/nginx.conf" -e "$dir/error.log" 2>"$dir/configtest.log" ||
         { cat "$dir/configtest.log" >&2; log "SKIP $name: config invalid"; return 1; }
-      taskset -c 0 nginx -p "$dir" -c "$dir/nginx.conf" -e "$dir/error.log" >"$dir/stdout.log" 2>&1 &
+      in_cgroup "$cg" taskset -c 0 nginx -p "$dir" -c "$dir/nginx.conf" -e "$dir/error.log" >"$dir/stdout.log" 2>&1 &
       ;;
     haproxy|haproxy-bp)
       local hbp=0
@@ -532,7 +590,7 @@ start_proxy() {  # $1 name; sets PROXY_PID, PROXY_PORT; returns 1 if it cannot b
       write_haproxy_conf "$dir" "$PROXY_PORT" "$hbp"
       haproxy -c -q -f "$dir/haproxy.cfg" >"$dir/configtest.log" 2>&1 ||
         { cat "$dir/configtest.log" >&2; log "SKIP haproxy: config invalid"; return 1; }
-      taskset -c 0 haproxy -db -f "$dir/haproxy.cfg" >"$dir/stdout.log" 2>&1 &
+      in_cgroup "$cg" taskset -c 0 haproxy -db -f "$dir/haproxy.cfg" >"$dir/stdout.log" 2>&1 &
       ;;
   esac
   PROXY_PID=$!
@@ -550,7 +608,7 @@ start_proxy() {  # $1 name; sets PROXY_PID, PROXY_PORT; returns 1 if it cannot b
     log "SKIP $name: sanity GET through the proxy failed (small body '${body:0:60}', big '$size')"
     stop_pid "$PROXY_PID"; return 1
   fi
-  log "$name PID $PROXY_PID on 127.0.0.1:$PROXY_PORT (CPU 0)"
+  log "$name PID $PROXY_PID on 127.0.0.1:$PROXY_PORT (CPU 0${cg:+, capped at $PROXY_CPU CPU in $cg})"
 }
 
 WRK_CPU=1
@@ -597,10 +655,14 @@ measure() {
   if [ "$WARMUP_S" -gt 0 ]; then run_wrk "$conns" "$WARMUP" "$url" "$RAW/wrk.$name.$row.run$run.warmup.txt" "$hdr"; fi
   tw_snapshot >"$twb"
   local t0 t1; t0=$(date +%s%N)
-  local c0 o0 c1 o1 m0 m1 k0 k1 w0 w1 l0 l1
+  local c0 o0 c1 o1 m0 m1 k0 k1 w0 w1 l0 l1 cg=${PROXY_CG[$name]:-} np0 nt0 np1 nt1
+  read -r np0 nt0 < <(cg_throttle "$cg")
   c0=$(cpu_ticks "$pid"); o0=$(cpu_ticks "$ORIGIN_PID"); children_ticks k0; m0=$(machine_busy_ticks); l0=$(cpu1_busy_ticks); w0=$(date +%s%N)
   run_wrk "$conns" "$DURATION" "$url" "$out" "$hdr"
   m1=$(machine_busy_ticks); l1=$(cpu1_busy_ticks); w1=$(date +%s%N); c1=$(cpu_ticks "$pid"); o1=$(cpu_ticks "$ORIGIN_PID"); children_ticks k1
+  read -r np1 nt1 < <(cg_throttle "$cg")
+  local throttled=NA
+  if [ -n "$cg" ]; then throttled=$(awk -v p=$((np1 - np0)) -v t=$((nt1 - nt0)) 'BEGIN { printf "%.0f", (p > 0 ? t * 100 / p : 0) }'); fi
   # CPU used by anything else on the machine during the run, in % of one CPU (a build, a
   # compiler...). A few % is kernel work not charged to any process; more means noisy numbers.
   local own=$(( c1 - c0 + k1 - k0 )) other
@@ -622,9 +684,9 @@ measure() {
   cpu_us=$(awk -v d=$((c1 - c0)) -v t="$CLK_TCK" -v n="$req" 'BEGIN{ if (n+0 > 0) printf "%.2f", d * 1e6 / t / n; else print "NA" }')
   ocpu_us=$(awk -v d=$((o1 - o0)) -v t="$CLK_TCK" -v n="$req" 'BEGIN{ if (n+0 > 0) printf "%.2f", d * 1e6 / t / n; else print "NA" }')
   if [ "$name" = direct ]; then rss="NA"; cpu_us="NA"; busy_pct="NA"; fi
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$row" "$run" "$rps" "$p99" "$req" \
-    "$non2xx" "$sock" "$tw_up" "$tw_total" "$rss" "$cpu_us" "$ocpu_us" "$xfer" "$other" "$busy_pct" "$lcpu_us" >>"$RESULTS_TSV"
-  log "  $name $row run $run: ${rps} req/s, p99 ${p99} ms, non2xx $non2xx, sockerr $sock, TW up/total $tw_up/$tw_total, RSS ${rss} KiB, CPU ${cpu_us} us/req (${busy_pct}% of its CPU), CPU 1 ${lcpu_us} us/req, other CPU ${other}%"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$row" "$run" "$rps" "$p99" "$req" \
+    "$non2xx" "$sock" "$tw_up" "$tw_total" "$rss" "$cpu_us" "$ocpu_us" "$xfer" "$other" "$busy_pct" "$lcpu_us" "$throttled" >>"$RESULTS_TSV"
+  log "  $name $row run $run: ${rps} req/s, p99 ${p99} ms, non2xx $non2xx, sockerr $sock, TW up/total $tw_up/$tw_total, RSS ${rss} KiB, CPU ${cpu_us} us/req (${busy_pct}% of its CPU), CPU 1 ${lcpu_us} us/req, other CPU ${other}%${cg:+, throttled in ${throttled}% of quota periods}"
   [ "$rps" != NA ] || { log "  wrk output:"; tail -n 5 "$out" >&2 || true; }
 }
 
@@ -638,6 +700,9 @@ HEADER="$RAW/header.md"
   echo "- date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
   echo "- kernel: $(uname -srm)"
   echo "- CPU: ${CPU_MODEL:-unknown} ($(nproc) CPUs); proxy pinned to CPU 0, origin nginx + wrk to CPU 1"
+  if [ "$PROXY_QUOTA_US" != 0 ]; then
+    echo "- **each proxy capped at $PROXY_CPU CPU** (cgroup $CG_KIND quota ${PROXY_QUOTA_US} µs per ${PROXY_CPU_PERIOD_US} µs): the proxy is the bottleneck, so req/s compares proxies per core"
+  fi
   echo "- nginx: $(nginx -v 2>&1 | sed 's/^nginx version: //'); haproxy: $(haproxy -v 2>&1 | head -n 1 | awk '{print $3}'); wrk: $(wrk -v 2>&1 | head -n 1 | awk '{print $2}')"
   if [ -x "$RPX_BIN" ]; then
     echo "- rpx: $RPX_BIN ($(stat -c '%s bytes, modified %y' "$RPX_BIN" | cut -d. -f1); repo $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo 'no commit'))"
