@@ -12,6 +12,7 @@ Where things come from (set by integration_test.sh under Bazel, or by hand):
   RPX_TEST_KEEP_TMP=1     keep the temporary directories (configs, rpx logs) for debugging
 """
 
+import fcntl
 import hashlib
 import http.client
 import http.server
@@ -106,10 +107,38 @@ def _ephemeral_range():
         return 32768, 60999
 
 
+# Ports free_port() handed out: a port is given once per process, and, through a byte-range lock
+# on one shared file, to one process at a time. Without this, two picks that nobody had bound yet
+# (a listener pushed later over xDS and the admin port, or two tests running side by side) could
+# get the same port: xds_test once reached rpx's admin listener instead of its own.
+_given_ports = set()
+_port_lock_fd = None
+
+
+def _reserve_port(port):
+    """True if no other process holding the lock file has this port (and we now hold it)."""
+    global _port_lock_fd
+    if _port_lock_fd is None:
+        try:
+            _port_lock_fd = os.open(os.path.join(tempfile.gettempdir(), "rpx-test-ports.lock"),
+                                    os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError:
+            _port_lock_fd = -1  # no shared temp dir: in-process uniqueness only
+    if _port_lock_fd < 0:
+        return True
+    try:
+        # Held until the process exits (fcntl locks go with the process).
+        fcntl.lockf(_port_lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, port)
+        return True
+    except OSError:
+        return False
+
+
 def free_port():
-    """A TCP port on 127.0.0.1 that was free a moment ago, below the ephemeral range: a port
-    from bind(0) is an ephemeral one, which any outgoing connection (curl, rpx's upstream
-    connections) may take before rpx binds it ("Address already in use")."""
+    """A TCP port on 127.0.0.1 that was free a moment ago, never handed out before (see
+    _given_ports), below the ephemeral range: a port from bind(0) is an ephemeral one, which any
+    outgoing connection (curl, rpx's upstream connections) may take before rpx binds it
+    ("Address already in use")."""
     def bound_port(port):  # the port bind() got, or None if it was taken
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
@@ -120,17 +149,24 @@ def free_port():
         finally:
             s.close()
 
+    def take(port):
+        if port is None or port in _given_ports or not _reserve_port(port):
+            return None
+        _given_ports.add(port)
+        return port
+
     lo, _ = _ephemeral_range()
     if lo > 11000:
         rng = random.Random()
         for _ in range(200):
-            port = bound_port(rng.randrange(10000, lo))
-            if port:
+            port = rng.randrange(10000, lo)
+            if port not in _given_ports and take(bound_port(port)):
                 return port
-    port = bound_port(0)
-    if port is None:
-        raise OSError("no free port on 127.0.0.1")
-    return port
+    for _ in range(20):
+        port = take(bound_port(0))
+        if port:
+            return port
+    raise OSError("no free port on 127.0.0.1")
 
 
 def port_is_listening(port, timeout=0.5):
