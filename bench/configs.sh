@@ -1,0 +1,192 @@
+# Payloads and configuration writers of the benchmark rig, shared by bench/run.sh and
+# bench/callgrind.sh (sourced, not run). The writers read these globals: NOFILE (fd limit),
+# TMP (temp dir; the origin serves $TMP/www), UPSTREAM_PORT (the origin port a proxy forwards to),
+# HAPROXY_MAXCONN.
+
+write_payloads() {  # $1 = dir: small.txt (29 B), page.html (16 KB), big.bin (4 MiB)
+  printf 'hello from the rpx benchmark\n' >"$1/small.txt"          # 29 bytes
+  {
+    printf '<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>rpx bench page</title></head><body>\n'
+    i=0
+    while :; do
+      line="<p>Paragraph $i: the quick brown fox jumps over the lazy dog; lorem ipsum dolor sit amet.</p>"
+      printf '%s\n' "$line"; i=$((i + 1))
+      [ $i -lt 170 ] || break
+    done
+    printf '</body></html>\n'
+  } | head -c 16384 >"$1/page.html"
+  head -c 4194304 /dev/urandom >"$1/big.bin"
+}
+
+nginx_common_top() {  # $1 = dir
+  cat <<EOF
+daemon off;
+master_process on;
+worker_processes 1;
+worker_rlimit_nofile $NOFILE;
+pid $1/nginx.pid;
+error_log $1/error.log warn;
+events { worker_connections $(( NOFILE - 100 )); multi_accept off; }
+EOF
+}
+nginx_temp_paths() {  # $1 = dir
+  cat <<EOF
+  client_body_temp_path $1/client_body;
+  proxy_temp_path $1/proxy;
+  fastcgi_temp_path $1/fastcgi;
+  uwsgi_temp_path $1/uwsgi;
+  scgi_temp_path $1/scgi;
+EOF
+}
+
+write_origin_conf() {  # $1 dir $2 "port port ...": one listen line per port
+  { nginx_common_top "$1"
+    cat <<EOF
+http {
+  access_log off;
+$(nginx_temp_paths "$1")
+  types { text/plain txt; text/html html; application/octet-stream bin; }
+  default_type application/octet-stream;
+  sendfile on;
+  tcp_nopush on;
+  tcp_nodelay on;
+  keepalive_requests 100000;
+  keepalive_timeout 300s;
+  open_file_cache max=64 inactive=300s;
+  server {
+$(for p in $2; do echo "    listen 127.0.0.1:$p backlog=4096;"; done)
+    root $TMP/www;
+    location / { }
+  }
+}
+EOF
+  } >"$1/nginx.conf"
+}
+
+write_nginx_proxy_conf() {  # $1 dir $2 port $3 upstream-keepalive [$4 = tune: upstream keepalive_requests/timeout]
+  local tune=""
+  if [ "${4:-0}" = 1 ]; then tune=$'\n    keepalive_requests 100000;\n    keepalive_timeout 300s;'; fi
+  { nginx_common_top "$1"
+    cat <<EOF
+http {
+  access_log off;
+$(nginx_temp_paths "$1")
+  keepalive_requests 100000;
+  keepalive_timeout 300s;
+  upstream origin {
+    server 127.0.0.1:$UPSTREAM_PORT;
+    keepalive $3;$tune
+  }
+  server {
+    listen 127.0.0.1:$2 backlog=4096;
+    location / {
+      proxy_pass http://origin;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }
+  }
+}
+EOF
+  } >"$1/nginx.conf"
+}
+
+write_haproxy_conf() {  # $1 dir $2 port [$3 = 1: busy-polling]
+  local bp=""
+  if [ "${3:-0}" = 1 ]; then bp=$'\n  busy-polling'; fi
+  cat >"$1/haproxy.cfg" <<EOF
+global
+  nbthread 1$bp
+  maxconn $HAPROXY_MAXCONN
+  pidfile $1/haproxy.pid
+
+defaults
+  mode http
+  option http-keep-alive
+  http-reuse always
+  maxconn $HAPROXY_MAXCONN
+  timeout connect 5s
+  timeout client 300s
+  timeout server 300s
+  timeout http-request 30s
+  timeout http-keep-alive 300s
+  timeout queue 30s
+
+frontend fe
+  bind 127.0.0.1:$2
+  backlog 4096
+  default_backend origin
+
+backend origin
+  server origin1 127.0.0.1:$UPSTREAM_PORT maxconn $HAPROXY_MAXCONN
+EOF
+}
+
+write_rpx_conf() {  # $1 dir $2 port $3 admin-port [$4 = extra virtual hosts before the matching one]
+  local extra=${4:-0} target='["*"]'
+  if [ "$extra" -gt 0 ]; then target='["127.0.0.1"]'; fi  # wrk's Host, matched exactly
+  cat >"$1/bootstrap.yaml" <<EOF
+admin:
+  address:
+    socket_address:
+      address: 127.0.0.1
+      port_value: $3
+static_resources:
+  listeners:
+  - name: ingress
+    address:
+      socket_address:
+        address: 127.0.0.1
+        port_value: $2
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: ingress_http
+          codec_type: HTTP1
+          route_config:
+            name: local_route
+            virtual_hosts:
+$(awk -v n="$extra" 'BEGIN { for (i = 0; i < n; i++) printf "            - {name: vh%d, domains: [\"vh%d.example.com\", \"*.vh%d.example.net\"], routes: [{match: {prefix: \"/\"}, route: {cluster: origin}}]}\n", i, i, i }')
+            - name: origin
+              domains: $target
+              routes:
+              - match:
+                  prefix: "/"
+                route:
+                  cluster: origin
+          http_filters:
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+  clusters:
+  - name: origin
+    type: STATIC
+    connect_timeout: 5s
+    lb_policy: ROUND_ROBIN
+    load_assignment:
+      cluster_name: origin
+      endpoints:
+      - lb_endpoints:
+        - endpoint:
+            address:
+              socket_address:
+                address: 127.0.0.1
+                port_value: $UPSTREAM_PORT
+    circuit_breakers:
+      thresholds:
+      - priority: DEFAULT
+        max_connections: 1024
+        max_pending_requests: 1024
+        max_requests: 4096
+        max_retries: 3
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        common_http_protocol_options:
+          idle_timeout: 300s
+        explicit_http_config:
+          http_protocol_options: {}
+EOF
+}
+
