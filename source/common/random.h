@@ -20,7 +20,10 @@ class Random {
     return s_[1] + s0;
   }
   // A random (version 4) UUID in its canonical 36-character form.
+  static constexpr size_t kUuidSize = 36;
   std::string Uuid();
+  // The same into `out` (no allocation; the request path uses this one).
+  void Uuid(char out[kUuidSize]);
 
  private:
   uint64_t s_[2];

@@ -1,31 +1,120 @@
 #include "source/http/headers.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace rpx {
 
-const std::string* HeaderMap::Get(std::string_view name) const {
-  for (const auto& e : entries_) {
-    if (e.first == name) return &e.second;
+namespace {
+constexpr char kLower[256] = {
+#define R(i) static_cast<char>((i) >= 'A' && (i) <= 'Z' ? (i) + 32 : (i))
+#define R4(i) R(i), R(i + 1), R(i + 2), R(i + 3)
+#define R16(i) R4(i), R4(i + 4), R4(i + 8), R4(i + 12)
+#define R64(i) R16(i), R16(i + 16), R16(i + 32), R16(i + 48)
+    R64(0), R64(64), R64(128), R64(192)
+#undef R64
+#undef R16
+#undef R4
+#undef R
+};
+}  // namespace
+
+std::optional<std::string_view> HeaderMap::Get(std::string_view name) const {
+  for (const Slot& s : fields_) {
+    if (s.name_len == name.size() &&
+        memcmp(arena_.data() + s.name_off, name.data(), name.size()) == 0) {
+      return std::string_view(arena_.data() + s.value_off, s.value_len);
+    }
   }
-  return nullptr;
+  return std::nullopt;
 }
 
 void HeaderMap::Add(std::string_view name, std::string_view value) {
-  entries_.emplace_back(std::string(name), std::string(value));
+  // The views may point into arena_ (a value copied from another field): keep them as offsets
+  // across the growth of the arena.
+  const char* base = arena_.data();
+  bool name_inside = name.data() >= base && name.data() < base + arena_.size();
+  bool value_inside = value.data() >= base && value.data() < base + arena_.size();
+  size_t name_at = name.data() - base, value_at = value.data() - base;
+  arena_.reserve(arena_.size() + name.size() + value.size());
+  const char* n = name_inside ? arena_.data() + name_at : name.data();
+  const char* v = value_inside ? arena_.data() + value_at : value.data();
+  Slot s;
+  s.name_off = static_cast<uint32_t>(arena_.size());
+  s.name_len = static_cast<uint32_t>(name.size());
+  arena_.append(n, name.size());
+  s.value_off = static_cast<uint32_t>(arena_.size());
+  s.value_len = static_cast<uint32_t>(value.size());
+  arena_.append(v, value.size());
+  fields_.push_back(s);
 }
 
 void HeaderMap::Set(std::string_view name, std::string_view value) {
-  Remove(name);
+  // Add first: `value` may be a view of a field that Remove is about to drop (its bytes stay in
+  // the arena, so the view stays valid, but not the other way round once Add grows the arena).
   Add(name, value);
+  Slot added = fields_.back();
+  fields_.pop_back();
+  Remove(std::string_view(arena_.data() + added.name_off, added.name_len));
+  fields_.push_back(added);
 }
 
 int HeaderMap::Remove(std::string_view name) {
-  auto it = std::remove_if(entries_.begin(), entries_.end(),
-                           [&](const Entry& e) { return e.first == name; });
-  int n = static_cast<int>(entries_.end() - it);
-  entries_.erase(it, entries_.end());
-  return n;
+  return RemoveIf([name](const Field& f) { return f.name == name; });
+}
+
+void HeaderMap::StartPending() {
+  pending_ = true;
+  pending_value_ = false;
+  pending_slot_.name_off = static_cast<uint32_t>(arena_.size());
+  pending_slot_.name_len = 0;
+  pending_slot_.value_off = pending_slot_.name_off;
+  pending_slot_.value_len = 0;
+}
+
+void HeaderMap::AppendName(const char* data, size_t len) {
+  if (!pending_) StartPending();
+  size_t at = arena_.size();
+  arena_.resize(at + len);
+  char* out = arena_.data() + at;
+  for (size_t i = 0; i < len; ++i) out[i] = kLower[static_cast<unsigned char>(data[i])];
+  pending_slot_.name_len += static_cast<uint32_t>(len);
+  pending_slot_.value_off = static_cast<uint32_t>(arena_.size());
+}
+
+void HeaderMap::AppendValue(const char* data, size_t len) {
+  if (!pending_) StartPending();
+  pending_value_ = true;
+  arena_.append(data, len);
+  pending_slot_.value_len += static_cast<uint32_t>(len);
+}
+
+std::string_view HeaderMap::pending_name() const {
+  if (!pending_) return {};
+  return std::string_view(arena_.data() + pending_slot_.name_off, pending_slot_.name_len);
+}
+
+std::string_view HeaderMap::pending_value() const {
+  if (!pending_) return {};
+  return std::string_view(arena_.data() + pending_slot_.value_off, pending_slot_.value_len);
+}
+
+void HeaderMap::CommitPending() {
+  if (!pending_) StartPending();
+  Slot s = pending_slot_;
+  while (s.value_len > 0) {
+    char c = arena_[s.value_off + s.value_len - 1];
+    if (c != ' ' && c != '\t') break;
+    --s.value_len;
+  }
+  fields_.push_back(s);
+  pending_ = false;
+}
+
+void HeaderMap::DropPending() {
+  if (!pending_) return;
+  arena_.resize(pending_slot_.name_off);
+  pending_ = false;
 }
 
 void RequestHead::Clear() {
@@ -54,18 +143,24 @@ void ResponseHead::Clear() {
 }
 
 void AppendHeaders(Buffer& out, const HeaderMap& headers) {
-  for (const auto& e : headers.entries()) {
-    out.Append(e.first);
-    out.Append(": ", 2);
-    out.Append(e.second);
-    out.Append("\r\n", 2);
+  for (const HeaderMap::Field f : headers) {
+    // One reservation per field instead of four appends' worth of checks.
+    size_t n = f.name.size() + f.value.size() + 4;
+    char* p = out.Reserve(n);
+    memcpy(p, f.name.data(), f.name.size());
+    p += f.name.size();
+    *p++ = ':';
+    *p++ = ' ';
+    memcpy(p, f.value.data(), f.value.size());
+    p += f.value.size();
+    *p++ = '\r';
+    *p = '\n';
+    out.Commit(n);
   }
 }
 
 void ToLowerAscii(std::string* s) {
-  for (char& c : *s) {
-    if (c >= 'A' && c <= 'Z') c = c - 'A' + 'a';
-  }
+  for (char& c : *s) c = kLower[static_cast<unsigned char>(c)];
 }
 
 bool EqualsIgnoreCase(std::string_view a, std::string_view b) {

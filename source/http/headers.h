@@ -1,12 +1,17 @@
 // Request and response heads. Header names are stored lower-cased (as Envoy does), values as
-// received. A HeaderMap is owned by one stream on one worker; Clear() keeps capacity so a
-// keep-alive connection reuses it.
+// received. A HeaderMap is owned by one stream on one worker.
+//
+// A HeaderMap keeps every name and value in one character arena and the fields as offsets into
+// it: parsing a head copies each byte once and allocates nothing once the arena and the field
+// list have grown to the size of a typical head (Clear() keeps both, so a reused map allocates
+// nothing at all). The string_views it hands out point into the arena: they are valid until the
+// map is next changed (Add, Set, Remove, Clear), and Add/Set accept views into the same map.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
-#include <utility>
 #include <vector>
 
 #include "source/common/buffer.h"
@@ -15,22 +20,85 @@ namespace rpx {
 
 class HeaderMap {
  public:
-  using Entry = std::pair<std::string, std::string>;
+  struct Field {
+    std::string_view name;
+    std::string_view value;
+  };
 
-  // `name` must be lower case.
-  const std::string* Get(std::string_view name) const;
+  // `name` must be lower case. The first value of `name`, if there is one.
+  std::optional<std::string_view> Get(std::string_view name) const;
   void Add(std::string_view name, std::string_view value);
   // Replaces every value of `name` with one.
   void Set(std::string_view name, std::string_view value);
   // Returns how many were removed.
   int Remove(std::string_view name);
-  void Clear() { entries_.clear(); }
-  size_t size() const { return entries_.size(); }
-  const std::vector<Entry>& entries() const { return entries_; }
-  std::vector<Entry>& mutable_entries() { return entries_; }
+  // Removes every field for which `drop(Field)` is true, keeping the others' order.
+  template <class Pred>
+  int RemoveIf(Pred drop) {
+    size_t out = 0;
+    for (size_t i = 0; i < fields_.size(); ++i) {
+      if (!drop(At(fields_[i]))) fields_[out++] = fields_[i];
+    }
+    int removed = static_cast<int>(fields_.size() - out);
+    fields_.resize(out);
+    return removed;
+  }
+  void Clear() {
+    fields_.clear();
+    arena_.clear();
+    pending_ = false;
+  }
+  size_t size() const { return fields_.size(); }
+  bool empty() const { return fields_.empty(); }
+  Field operator[](size_t i) const { return At(fields_[i]); }
+
+  class Iterator {
+   public:
+    Iterator(const HeaderMap* m, size_t i) : m_(m), i_(i) {}
+    Field operator*() const { return (*m_)[i_]; }
+    Iterator& operator++() {
+      ++i_;
+      return *this;
+    }
+    bool operator!=(const Iterator& o) const { return i_ != o.i_; }
+
+   private:
+    const HeaderMap* m_;
+    size_t i_;
+  };
+  Iterator begin() const { return Iterator(this, 0); }
+  Iterator end() const { return Iterator(this, fields_.size()); }
+
+  // Building a field piece by piece, as a parser sees it (a name or value may arrive in several
+  // pieces). AppendName lower-cases what it appends; the value starts with the first
+  // AppendValue; CommitPending adds the field, DropPending forgets it. Other changes to the map
+  // must not happen while a field is pending.
+  void AppendName(const char* data, size_t len);
+  void AppendValue(const char* data, size_t len);
+  std::string_view pending_name() const;
+  std::string_view pending_value() const;
+  // Adds the pending field, its value without trailing spaces and tabs.
+  void CommitPending();
+  void DropPending();
 
  private:
-  std::vector<Entry> entries_;
+  struct Slot {
+    uint32_t name_off;
+    uint32_t name_len;
+    uint32_t value_off;
+    uint32_t value_len;
+  };
+  Field At(const Slot& s) const {
+    return {std::string_view(arena_.data() + s.name_off, s.name_len),
+            std::string_view(arena_.data() + s.value_off, s.value_len)};
+  }
+  void StartPending();
+
+  std::string arena_;
+  std::vector<Slot> fields_;
+  Slot pending_slot_{};
+  bool pending_ = false;        // a field is being built at the arena's end
+  bool pending_value_ = false;  // ... and its value has started
 };
 
 struct RequestHead {

@@ -1,27 +1,24 @@
 #include "source/http/http1_parser.h"
 
 #include <cstring>
+#include <vector>
 
 namespace rpx {
 namespace {
 Http1Parser* Self(llhttp_t* p) { return static_cast<Http1Parser*>(p->data); }
-
-void TrimTrailingWhitespace(std::string* s) {
-  while (!s->empty() && (s->back() == ' ' || s->back() == '\t')) s->pop_back();
-}
 
 // True if the Transfer-Encoding headers say exactly "chunked". rpx decodes no other transfer
 // coding; forwarding "gzip, chunked" de-chunked (TE is hop-by-hop) would hand on a body still
 // gzip-coded with nothing saying so.
 bool OnlyChunked(const HeaderMap& headers) {
   int tokens = 0;
-  for (const auto& e : headers.entries()) {
-    if (e.first != "transfer-encoding") continue;
+  for (const HeaderMap::Field f : headers) {
+    if (f.name != "transfer-encoding") continue;
     size_t start = 0;
-    while (start <= e.second.size()) {
-      size_t end = e.second.find(',', start);
-      if (end == std::string::npos) end = e.second.size();
-      std::string_view t(e.second.data() + start, end - start);
+    while (start <= f.value.size()) {
+      size_t end = f.value.find(',', start);
+      if (end == std::string_view::npos) end = f.value.size();
+      std::string_view t(f.value.data() + start, end - start);
       while (!t.empty() && (t.front() == ' ' || t.front() == '\t')) t.remove_prefix(1);
       while (!t.empty() && (t.back() == ' ' || t.back() == '\t')) t.remove_suffix(1);
       if (!t.empty()) {
@@ -64,10 +61,56 @@ const llhttp_settings_t& Http1Parser::Settings() {
 }
 
 Http1Parser::Http1Parser(Type type, Http1ParserCallbacks& callbacks, Limits limits)
-    : type_(type), callbacks_(callbacks), limits_(limits) {
+    : type_(type), callbacks_(&callbacks), limits_(limits) {
   if (type == Type::kResponse) head_.emplace<ResponseHead>();
   llhttp_init(&parser_, type == Type::kRequest ? HTTP_REQUEST : HTTP_RESPONSE, &Settings());
   parser_.data = this;
+}
+
+namespace {
+thread_local std::vector<std::unique_ptr<Http1Parser>> parser_pool;
+}  // namespace
+
+std::unique_ptr<Http1Parser> Http1Parser::Acquire(Type type, Http1ParserCallbacks& callbacks,
+                                                  Limits limits) {
+  auto& pool = parser_pool;
+  for (size_t i = pool.size(); i-- > 0;) {
+    if (pool[i]->type_ != type) continue;
+    std::unique_ptr<Http1Parser> p = std::move(pool[i]);
+    pool[i] = std::move(pool.back());
+    pool.pop_back();
+    p->Reset(callbacks, limits);
+    return p;
+  }
+  return std::make_unique<Http1Parser>(type, callbacks, limits);
+}
+
+void Http1Parser::Release(std::unique_ptr<Http1Parser> parser) {
+  if (!parser) return;
+  auto& pool = parser_pool;
+  if (pool.size() >= kPoolSize || parser->header_bytes_ > kPoolMaxHeadBytes) return;
+  if (pool.capacity() == 0) pool.reserve(kPoolSize);
+  pool.push_back(std::move(parser));
+}
+
+void Http1Parser::Reset(Http1ParserCallbacks& callbacks, Limits limits) {
+  callbacks_ = &callbacks;
+  limits_ = limits;
+  llhttp_init(&parser_, type_ == Type::kRequest ? HTTP_REQUEST : HTTP_RESPONSE, &Settings());
+  parser_.data = this;
+  if (type_ == Type::kRequest) {
+    request().Clear();
+  } else {
+    response().Clear();
+  }
+  in_trailers_ = false;
+  in_message_ = false;
+  expect_no_body_ = false;
+  header_bytes_ = 0;
+  exec_begin_ = nullptr;
+  prev_tail_[0] = prev_tail_[1] = 0;
+  error_status_ = 0;
+  error_reason_.clear();
 }
 
 int Http1Parser::Fail(int status, const char* reason) {
@@ -90,10 +133,7 @@ int Http1Parser::OnMessageBegin(llhttp_t* p) {
   Http1Parser* self = Self(p);
   self->in_message_ = true;
   self->in_trailers_ = false;
-  self->in_value_ = false;
   self->header_bytes_ = 0;
-  self->cur_name_.clear();
-  self->cur_value_.clear();
   if (self->type_ == Type::kRequest) {
     self->request().Clear();
   } else {
@@ -121,13 +161,13 @@ int Http1Parser::OnHeaderField(llhttp_t* p, const char* at, size_t len) {
   // A header line starts right after CRLF. llhttp ends the status line at a bare CR and skips the
   // byte after it unchecked ("200 OK\rXContent-Length: 0"), which would make a header out of what
   // other parsers read as part of the reason phrase.
-  if (self->cur_name_.empty() && len > 0 &&
+  if (self->headers().pending_name().empty() && len > 0 &&
       (self->Before(at, 1) != '\n' || self->Before(at, 2) != '\r')) {
     return self->type_ == Type::kRequest ? self->Fail(400, "header line without CRLF before it")
                                          : self->Fail(502, "header line without CRLF before it");
   }
   if (!self->AddHeaderBytes(len)) return self->HeadersTooLarge();
-  self->cur_name_.append(at, len);
+  self->headers().AppendName(at, len);
   return 0;
 }
 
@@ -147,44 +187,35 @@ int Http1Parser::OnHeaderValue(llhttp_t* p, const char* at, size_t len) {
                                          : self->Fail(502, "folded header line (obs-fold)");
   }
   if (!self->AddHeaderBytes(len)) return self->HeadersTooLarge();
-  self->cur_value_.append(at, len);
+  self->headers().AppendValue(at, len);
   return 0;
 }
 
 int Http1Parser::OnHeaderValueComplete(llhttp_t* p) {
   Http1Parser* self = Self(p);
+  HeaderMap& headers = self->headers();
   if (self->in_trailers_) {
     // Trailers are dropped (HTTP/1 trailers are rarely used; gRPC needs HTTP/2 anyway).
-    self->cur_name_.clear();
-    self->cur_value_.clear();
+    headers.DropPending();
     return 0;
   }
-  HeaderMap& headers =
-      self->type_ == Type::kRequest ? self->request().headers : self->response().headers;
   if (headers.size() >= self->limits_.max_headers) {
     return self->type_ == Type::kRequest ? self->Fail(431, "too many request headers")
                                          : self->Fail(502, "too many response headers");
   }
   // llhttp accepts obs-fold (a header continued on the next line); intermediaries may read it
   // differently, so it is refused (RFC 9112 5.2 allows a 400).
-  const std::string& v = self->cur_value_;
+  std::string_view v = headers.pending_value();
   if (memchr(v.data(), '\n', v.size()) || memchr(v.data(), '\r', v.size())) {
     return self->type_ == Type::kRequest ? self->Fail(400, "folded header line (obs-fold)")
                                          : self->Fail(502, "folded header line (obs-fold)");
   }
-  if (self->cur_name_.empty()) {
+  if (headers.pending_name().empty()) {
     // llhttp accepts ": value"; a field name must be a token (RFC 9110 5.1).
     return self->type_ == Type::kRequest ? self->Fail(400, "empty header name")
                                          : self->Fail(502, "empty header name");
   }
-  ToLowerAscii(&self->cur_name_);
-  TrimTrailingWhitespace(&self->cur_value_);
-  auto& entries = headers.mutable_entries();
-  entries.emplace_back();
-  entries.back().first.swap(self->cur_name_);
-  entries.back().second.swap(self->cur_value_);
-  self->cur_name_.clear();
-  self->cur_value_.clear();
+  headers.CommitPending();
   return 0;
 }
 
@@ -207,21 +238,21 @@ int Http1Parser::OnHeadersComplete(llhttp_t* p) {
     r.chunked = chunked;
     r.has_content_length = has_cl && !chunked;
     r.content_length = r.has_content_length ? p->content_length : 0;
-    const std::string* host = nullptr;
+    std::optional<std::string_view> host;
     int host_count = 0;
-    for (const auto& e : r.headers.entries()) {
-      if (e.first == std::string_view("host")) {
-        host = &e.second;
+    for (const HeaderMap::Field f : r.headers) {
+      if (f.name == std::string_view("host")) {
+        host = f.value;
         ++host_count;
-      } else if (e.first == std::string_view("expect") &&
-                 EqualsIgnoreCase(e.second, "100-continue")) {
+      } else if (f.name == std::string_view("expect") &&
+                 EqualsIgnoreCase(f.value, "100-continue")) {
         r.expect_continue = true;
       }
     }
     if (host_count > 1) return self->Fail(400, "multiple Host headers");
     if (p->upgrade && r.method != "CONNECT") {
       // llhttp set `upgrade` for `Connection: upgrade` plus an Upgrade header.
-      if (const std::string* u = r.headers.Get("upgrade")) r.upgrade = *u;
+      if (auto u = r.headers.Get("upgrade")) r.upgrade = *u;
       if (r.has_body() && !EqualsIgnoreCase(r.upgrade, "h2c")) {
         return self->Fail(400, "an upgrade request must not have a body");
       }
@@ -237,7 +268,7 @@ int Http1Parser::OnHeadersComplete(llhttp_t* p) {
       return self->Fail(400, "missing Host header");
     }
     if (r.method == std::string_view("CONNECT")) return self->Fail(501, "CONNECT is not supported");
-    self->callbacks_.OnHead();
+    self->callbacks_->OnHead();
     return 0;
   }
   ResponseHead& r = self->response();
@@ -257,7 +288,7 @@ int Http1Parser::OnHeadersComplete(llhttp_t* p) {
   r.chunked = chunked;
   r.has_content_length = has_cl && !chunked;
   r.content_length = r.has_content_length ? p->content_length : 0;
-  self->callbacks_.OnHead();
+  self->callbacks_->OnHead();
   // 1xx, 204 and 304 never have a body, whatever Content-Length or Transfer-Encoding say (a 304
   // carries the representation's length); llhttp leaves that rule to the caller. Nor does the
   // answer to a HEAD request.
@@ -266,7 +297,7 @@ int Http1Parser::OnHeadersComplete(llhttp_t* p) {
 }
 
 int Http1Parser::OnBodyCb(llhttp_t* p, const char* at, size_t len) {
-  Self(p)->callbacks_.OnBody(at, len);
+  Self(p)->callbacks_->OnBody(at, len);
   return 0;
 }
 
@@ -277,7 +308,7 @@ int Http1Parser::OnMessageCompleteCb(llhttp_t* p) {
       self->response().status < 200 && self->response().status != 101) {
     return 0;  // interim response: keep parsing for the final one
   }
-  self->callbacks_.OnMessageComplete();
+  self->callbacks_->OnMessageComplete();
   return HPE_PAUSED;
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <variant>
 
@@ -35,6 +36,18 @@ class Http1Parser {
   Http1Parser(Type type, Http1ParserCallbacks& callbacks, Limits limits);
   Http1Parser(const Http1Parser&) = delete;
   Http1Parser& operator=(const Http1Parser&) = delete;
+
+  // Request parsers come and go with every request of a keep-alive connection (an idle
+  // connection holds none). Acquire takes one from this thread's pool of released parsers, whose
+  // heads keep the memory they grew to, so a request in steady state allocates nothing for its
+  // parser or head; Release gives it back (at most kPoolSize are kept, and none whose head grew
+  // past kPoolMaxHeadBytes). The pool belongs to the calling thread: a parser must be released
+  // on the thread that acquired it.
+  static constexpr size_t kPoolSize = 64;
+  static constexpr size_t kPoolMaxHeadBytes = 16 * 1024;
+  static std::unique_ptr<Http1Parser> Acquire(Type type, Http1ParserCallbacks& callbacks,
+                                              Limits limits);
+  static void Release(std::unique_ptr<Http1Parser> parser);
 
   // Parses from `data`. On kPaused (a message completed) *consumed says how far it got; call
   // Resume() before parsing more. On kError see error_status()/error_reason().
@@ -77,14 +90,17 @@ class Http1Parser {
   int HeadersTooLarge();
   bool AddHeaderBytes(size_t n);
 
+  void Reset(Http1ParserCallbacks& callbacks, Limits limits);
+
   Type type_;
-  Http1ParserCallbacks& callbacks_;
+  Http1ParserCallbacks* callbacks_;
   Limits limits_;
   llhttp_t parser_;
+  HeaderMap& headers() {
+    return type_ == Type::kRequest ? request().headers : response().headers;
+  }
+
   std::variant<RequestHead, ResponseHead> head_;
-  std::string cur_name_;
-  std::string cur_value_;
-  bool in_value_ = false;
   bool in_trailers_ = false;
   bool in_message_ = false;
   bool expect_no_body_ = false;

@@ -89,7 +89,7 @@ void ServerConnection::OnTimer() {
 
 Http1Parser& ServerConnection::parser() {
   if (!parser_) {
-    parser_ = std::make_unique<Http1Parser>(
+    parser_ = Http1Parser::Acquire(
         Http1Parser::Type::kRequest, *this,
         Http1Parser::Limits{config_->max_request_headers_kb * 1024, config_->max_headers_count});
   }
@@ -101,7 +101,7 @@ void ServerConnection::ReleaseParserIfIdle() {
   // small. Never from inside the parser (processing_), and only with nothing left to parse.
   if (parser_ && !processing_ && !stream_active_ && !parser_->in_message() &&
       conn_->read_buffer().empty()) {
-    parser_.reset();
+    Http1Parser::Release(std::move(parser_));
   }
 }
 
@@ -120,6 +120,7 @@ ServerConnection::~ServerConnection() {
     closed_ = true;
     stats_.downstream_cx_active.Dec();
   }
+  Http1Parser::Release(std::move(parser_));
   // A response still being flushed (or a linger) completes after we are gone.
   Connection::Release(std::move(conn_));
 }

@@ -403,23 +403,23 @@ bool StringMatch::Matches(std::string_view v) const {
 
 bool HeaderMatch::Matches(const HeaderMap& headers) const {
   // Several values of one header are matched as one comma-joined value (as Envoy does).
-  const std::string* first = nullptr;
+  std::string_view first;
   std::string joined;
   int count = 0;
-  for (const auto& e : headers.entries()) {
-    if (e.first != name) continue;
+  for (const HeaderMap::Field f : headers) {
+    if (f.name != name) continue;
     if (count == 0) {
-      first = &e.second;
+      first = f.value;
     } else {
-      if (count == 1) joined = *first;
+      if (count == 1) joined = std::string(first);
       joined += ',';
-      joined += e.second;
+      joined += f.value;
     }
     ++count;
   }
   std::string_view value;
   bool found = count > 0;
-  if (count == 1) value = *first;
+  if (count == 1) value = first;
   if (count > 1) value = joined;
   if (!found && treat_missing_as_empty && kind != Kind::kPresent) found = true;
   bool result;
@@ -483,8 +483,8 @@ bool RouteEntry::Matches(const RequestHead& req, std::string_view path,
       break;
   }
   if (grpc_only) {
-    const std::string* ct = req.headers.Get("content-type");
-    if (!ct || !absl::StartsWith(*ct, "application/grpc")) return false;
+    auto ct = req.headers.Get("content-type");
+    if (!ct || !absl::StartsWith(A(*ct), "application/grpc")) return false;
   }
   for (const auto& h : headers) {
     if (!h.Matches(req.headers)) return false;

@@ -171,8 +171,11 @@ void RouterStream::RewriteRequest(RequestHead& head, const VirtualHostEntry& vh,
   const HttpConfig& config = router_.config();
   if (!config.skip_xff_append) {
     std::string ip = encoder_.remote_ip();
-    if (const std::string* xff = h.Get("x-forwarded-for")) {
-      h.Set("x-forwarded-for", absl::StrCat(*xff, ", ", ip));
+    if (auto xff = h.Get("x-forwarded-for")) {
+      std::string joined;
+      joined.reserve(xff->size() + 2 + ip.size());
+      joined.append(*xff).append(", ").append(ip);
+      h.Set("x-forwarded-for", joined);
     } else {
       h.Add("x-forwarded-for", ip);
     }
@@ -182,7 +185,9 @@ void RouterStream::RewriteRequest(RequestHead& head, const VirtualHostEntry& vh,
     h.Set("x-forwarded-proto", proto);
   }
   if (config.generate_request_id && !h.Get("x-request-id")) {
-    h.Add("x-request-id", router_.random().Uuid());
+    char id[Random::kUuidSize];
+    router_.random().Uuid(id);
+    h.Add("x-request-id", std::string_view(id, sizeof(id)));
   }
   // Envoy's order: the most specific level first.
   if (wt) wt->request_ops.Apply(h);
@@ -204,8 +209,8 @@ void RouterStream::RewriteRequest(RequestHead& head, const VirtualHostEntry& vh,
   } else if (route_->auto_host_rewrite && !pool_->host().hostname.empty()) {
     head.host = pool_->host().hostname;
   }
-  const std::string* host = h.Get("host");
-  if (host == nullptr || *host != head.host) h.Set("host", head.host);
+  auto host = h.Get("host");
+  if (!host || *host != head.host) h.Set("host", head.host);
 }
 
 void RouterStream::StartRouteTimer() {
@@ -302,7 +307,7 @@ void RouterStream::OnResponseHeaders(ResponseHead& head, bool end_stream) {
     // Only reached for an upgrade rpx asked for (the upstream client refuses any other 101).
     tunnel_ = true;
     if (route_timer_) route_timer_->Disable();  // the route timeout covers the handshake only
-    if (const std::string* u = head.headers.Get("upgrade")) upgrade = *u;
+    if (auto u = head.headers.Get("upgrade")) upgrade = *u;
   }
   RemoveHopByHopHeaders(head.headers);  // with content-length
   if (tunnel_) {
@@ -377,7 +382,7 @@ namespace {
 // The headers a proxy never forwards as they are: hop-by-hop ones (RFC 9110 7.6.1) and the
 // message framing, which rpx writes itself. Checked by length first: this runs for every header
 // of every request and response.
-bool IsHopByHopOrFraming(const std::string& n, const std::string& value) {
+bool IsHopByHopOrFraming(std::string_view n, std::string_view value) {
   using namespace std::literals;
   switch (n.size()) {
     case 2:
@@ -401,27 +406,25 @@ bool IsHopByHopOrFraming(const std::string& n, const std::string& value) {
 }  // namespace
 
 void RemoveHopByHopHeaders(HeaderMap& headers) {
-  auto& entries = headers.mutable_entries();
-  // Names listed in Connection are hop-by-hop too (rare: only then is the list built).
+  // Names listed in Connection are hop-by-hop too. Usually Connection lists only close or
+  // keep-alive (nothing more to drop): the list is built only when it names something else.
   std::vector<std::string> listed;
-  for (const auto& e : entries) {
-    if (e.first.size() != 10 || e.first != std::string_view("connection")) continue;
-    for (absl::string_view token : absl::StrSplit(e.second, ',')) {
-      std::string t = absl::AsciiStrToLower(absl::StripAsciiWhitespace(token));
-      if (!t.empty() && t != "close" && t != "keep-alive") listed.push_back(std::move(t));
+  for (const HeaderMap::Field f : headers) {
+    if (f.name.size() != 10 || f.name != std::string_view("connection")) continue;
+    for (absl::string_view token : absl::StrSplit(absl::string_view(f.value.data(), f.value.size()), ',')) {
+      token = absl::StripAsciiWhitespace(token);
+      if (token.empty() || absl::EqualsIgnoreCase(token, "close") ||
+          absl::EqualsIgnoreCase(token, "keep-alive")) {
+        continue;
+      }
+      listed.push_back(absl::AsciiStrToLower(token));
     }
   }
-  size_t out = 0;
-  for (size_t i = 0; i < entries.size(); ++i) {
-    const std::string& n = entries[i].first;
-    bool drop = IsHopByHopOrFraming(n, entries[i].second);
-    for (const auto& l : listed) drop |= (n == l && n != "te");
-    if (!drop) {
-      if (out != i) entries[out] = std::move(entries[i]);
-      ++out;
-    }
-  }
-  entries.resize(out);
+  headers.RemoveIf([&](const HeaderMap::Field& f) {
+    bool drop = IsHopByHopOrFraming(f.name, f.value);
+    for (const auto& l : listed) drop |= (f.name == l && f.name != "te");
+    return drop;
+  });
 }
 
 }  // namespace rpx

@@ -1,5 +1,7 @@
 #include "source/http/headers.h"
 
+#include <string>
+
 #include "gtest/gtest.h"
 
 namespace rpx {
@@ -15,7 +17,87 @@ TEST(HeaderMapTest, AddSetRemove) {
   EXPECT_EQ(h.size(), 2u);
   EXPECT_EQ(*h.Get("a"), "9");
   EXPECT_EQ(h.Remove("b"), 1);
-  EXPECT_EQ(h.Get("b"), nullptr);
+  EXPECT_FALSE(h.Get("b"));
+}
+
+TEST(HeaderMapTest, IteratesInOrder) {
+  HeaderMap h;
+  h.Add("a", "1");
+  h.Add("b", "2");
+  h.Add("a", "3");
+  std::string seen;
+  for (const auto [name, value] : h) seen.append(name).append("=").append(value).append(";");
+  EXPECT_EQ(seen, "a=1;b=2;a=3;");
+  EXPECT_EQ(h[1].name, "b");
+  h.Clear();
+  EXPECT_TRUE(h.empty());
+  EXPECT_FALSE(h.Get("a"));
+}
+
+// Views handed out point into the map's arena; adding a value copied from the map itself must
+// survive the arena growing (reallocating) while it is copied.
+TEST(HeaderMapTest, AddAndSetTakeViewsOfTheSameMap) {
+  HeaderMap h;
+  std::string big(1000, 'x');
+  h.Add("a", big);
+  for (int i = 0; i < 50; ++i) h.Add("a", *h.Get("a"));  // each grows the arena by 1 KB
+  EXPECT_EQ(h.size(), 51u);
+  for (const auto f : h) EXPECT_EQ(f.value, big);
+  h.Set("b", *h.Get("a"));
+  EXPECT_EQ(*h.Get("b"), big);
+  // Set to a value of the very field it replaces.
+  h.Set("a", h.Get("a")->substr(0, 3));
+  EXPECT_EQ(*h.Get("a"), "xxx");
+  EXPECT_EQ(h.size(), 2u);
+  EXPECT_EQ(h[0].name, "b");  // Set puts the new field last
+  EXPECT_EQ(h[1].name, "a");
+}
+
+TEST(HeaderMapTest, RemoveIfKeepsOrder) {
+  HeaderMap h;
+  for (const char* n : {"a", "drop", "b", "drop", "c"}) h.Add(n, n);
+  EXPECT_EQ(h.RemoveIf([](const HeaderMap::Field& f) { return f.name == "drop"; }), 2);
+  std::string names;
+  for (const auto f : h) names += f.name;
+  EXPECT_EQ(names, "abc");
+}
+
+// The parser's way in: a name and value in pieces, the name lower-cased, trailing whitespace
+// of the value trimmed at commit; a dropped field leaves nothing behind.
+TEST(HeaderMapTest, PendingFieldInPieces) {
+  HeaderMap h;
+  h.Add("host", "x");
+  EXPECT_TRUE(h.pending_name().empty());
+  h.AppendName("Con", 3);
+  h.AppendName("TENT-Type", 9);
+  EXPECT_EQ(h.pending_name(), "content-type");
+  EXPECT_TRUE(h.pending_value().empty());
+  h.AppendValue("text/", 5);
+  h.AppendValue("plain \t ", 8);
+  EXPECT_EQ(h.pending_value(), "text/plain \t ");
+  h.CommitPending();
+  EXPECT_TRUE(h.pending_name().empty());
+  EXPECT_EQ(*h.Get("content-type"), "text/plain");
+  h.AppendName("X-Empty", 7);
+  h.CommitPending();  // "X-Empty:" with no value at all
+  EXPECT_EQ(*h.Get("x-empty"), "");
+  h.AppendName("Trailer-Ish", 11);
+  h.AppendValue("v", 1);
+  h.DropPending();
+  EXPECT_FALSE(h.Get("trailer-ish"));
+  EXPECT_EQ(h.size(), 3u);
+  h.Add("after", "drop");  // the dropped field's bytes are reused, not in the way
+  EXPECT_EQ(*h.Get("after"), "drop");
+  EXPECT_EQ(*h.Get("host"), "x");
+}
+
+TEST(HeadersTest, AppendHeadersWritesWireForm) {
+  HeaderMap h;
+  h.Add("a", "1");
+  h.Add("bb", "");
+  Buffer out;
+  AppendHeaders(out, h);
+  EXPECT_EQ(std::string(out.data(), out.size()), "a: 1\r\nbb: \r\n");
 }
 
 TEST(HeadersTest, Helpers) {
