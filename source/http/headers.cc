@@ -19,6 +19,14 @@ constexpr char kLower[256] = {
 };
 }  // namespace
 
+void HeaderMap::Arena::Grow(size_t n) {
+  size_t cap = std::max<size_t>({cap_ * 2, size_ + n, 256});
+  std::unique_ptr<char[]> grown(new char[cap]);
+  if (size_) memcpy(grown.get(), data_.get(), size_);
+  data_ = std::move(grown);
+  cap_ = cap;
+}
+
 std::optional<std::string_view> HeaderMap::Get(std::string_view name) const {
   for (const Slot& s : fields_) {
     if (s.name_len == name.size() &&
@@ -36,16 +44,16 @@ void HeaderMap::Add(std::string_view name, std::string_view value) {
   bool name_inside = name.data() >= base && name.data() < base + arena_.size();
   bool value_inside = value.data() >= base && value.data() < base + arena_.size();
   size_t name_at = name.data() - base, value_at = value.data() - base;
-  arena_.reserve(arena_.size() + name.size() + value.size());
+  arena_.Reserve(name.size() + value.size());
   const char* n = name_inside ? arena_.data() + name_at : name.data();
   const char* v = value_inside ? arena_.data() + value_at : value.data();
   Slot s;
   s.name_off = static_cast<uint32_t>(arena_.size());
   s.name_len = static_cast<uint32_t>(name.size());
-  arena_.append(n, name.size());
+  memcpy(arena_.Extend(name.size()), n, name.size());
   s.value_off = static_cast<uint32_t>(arena_.size());
   s.value_len = static_cast<uint32_t>(value.size());
-  arena_.append(v, value.size());
+  memcpy(arena_.Extend(value.size()), v, value.size());
   fields_.push_back(s);
 }
 
@@ -74,18 +82,32 @@ void HeaderMap::StartPending() {
 
 void HeaderMap::AppendName(const char* data, size_t len) {
   if (!pending_) StartPending();
-  size_t at = arena_.size();
-  arena_.resize(at + len);
-  char* out = arena_.data() + at;
-  for (size_t i = 0; i < len; ++i) out[i] = kLower[static_cast<unsigned char>(data[i])];
-  pending_slot_.name_len += static_cast<uint32_t>(len);
+  char* out = arena_.Extend(len);
+  // Lower-cased 8 bytes at a time: each byte in 'A'..'Z' gains 0x20 (SWAR; bytes >= 0x80 are
+  // left alone).
+  size_t i = 0;
+  for (; i + 8 <= len; i += 8) {
+    uint64_t x;
+    memcpy(&x, data + i, 8);
+    uint64_t low7 = x & 0x7f7f7f7f7f7f7f7fULL;
+    uint64_t ge_a = low7 + 0x3f3f3f3f3f3f3f3fULL;  // bit 7 set where the byte >= 'A'
+    uint64_t gt_z = low7 + 0x2525252525252525ULL;  // ... where it > 'Z'
+    uint64_t upper = (ge_a ^ gt_z) & ~x & 0x8080808080808080ULL;
+    x |= upper >> 2;
+    memcpy(out + i, &x, 8);
+  }
+  for (; i < len; ++i) {
+    char c = data[i];
+    out[i] = static_cast<unsigned char>(c - 'A') < 26 ? static_cast<char>(c + ('a' - 'A')) : c;
+  }
+  pending_slot_.name_len = static_cast<uint32_t>(arena_.size() - pending_slot_.name_off);
   pending_slot_.value_off = static_cast<uint32_t>(arena_.size());
 }
 
 void HeaderMap::AppendValue(const char* data, size_t len) {
   if (!pending_) StartPending();
   pending_value_ = true;
-  arena_.append(data, len);
+  memcpy(arena_.Extend(len), data, len);
   pending_slot_.value_len += static_cast<uint32_t>(len);
 }
 
@@ -103,7 +125,7 @@ void HeaderMap::CommitPending() {
   if (!pending_) StartPending();
   Slot s = pending_slot_;
   while (s.value_len > 0) {
-    char c = arena_[s.value_off + s.value_len - 1];
+    char c = arena_.data()[s.value_off + s.value_len - 1];
     if (c != ' ' && c != '\t') break;
     --s.value_len;
   }
@@ -113,7 +135,7 @@ void HeaderMap::CommitPending() {
 
 void HeaderMap::DropPending() {
   if (!pending_) return;
-  arena_.resize(pending_slot_.name_off);
+  arena_.Truncate(pending_slot_.name_off);
   pending_ = false;
 }
 

@@ -9,6 +9,8 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -19,6 +21,43 @@
 namespace rpx {
 
 class HeaderMap {
+  // The bytes of every name and value: a growable array that only appends (and forgets its tail
+  // on Clear/DropPending), with the append check inlined. Copies copy what is used.
+  class Arena {
+   public:
+    Arena() = default;
+    Arena(const Arena& o) { *this = o; }
+    Arena& operator=(const Arena& o) {
+      if (this != &o) {
+        size_ = 0;
+        memcpy(Extend(o.size_), o.data_.get(), o.size_);
+      }
+      return *this;
+    }
+    Arena(Arena&&) noexcept = default;
+    Arena& operator=(Arena&&) noexcept = default;
+    const char* data() const { return data_.get(); }
+    char* data() { return data_.get(); }
+    size_t size() const { return size_; }
+    // `n` more bytes at the end, to be written by the caller.
+    char* Extend(size_t n) {
+      if (cap_ - size_ < n) Grow(n);
+      char* p = data_.get() + size_;
+      size_ += n;
+      return p;
+    }
+    void Truncate(size_t n) { size_ = n; }
+    void Reserve(size_t more) {
+      if (cap_ - size_ < more) Grow(more);
+    }
+
+   private:
+    void Grow(size_t n);
+    std::unique_ptr<char[]> data_;
+    size_t size_ = 0;
+    size_t cap_ = 0;
+  };
+
  public:
   struct Field {
     std::string_view name;
@@ -45,7 +84,7 @@ class HeaderMap {
   }
   void Clear() {
     fields_.clear();
-    arena_.clear();
+    arena_.Truncate(0);
     pending_ = false;
   }
   size_t size() const { return fields_.size(); }
@@ -94,7 +133,7 @@ class HeaderMap {
   }
   void StartPending();
 
-  std::string arena_;
+  Arena arena_;
   std::vector<Slot> fields_;
   Slot pending_slot_{};
   bool pending_ = false;        // a field is being built at the arena's end

@@ -328,17 +328,15 @@ absl::Status BuildAction(const Route& route, const FieldPath& path, RouteEntry* 
   return absl::OkStatus();
 }
 
-std::string StripPort(std::string_view host) {
+std::string_view StripPort(std::string_view host) {
   // "[::1]:80" -> "[::1]", "a.com:80" -> "a.com"; a bare IPv6 literal has several colons.
   if (!host.empty() && host[0] == '[') {
     size_t close = host.find(']');
-    return std::string(close == std::string_view::npos ? host : host.substr(0, close + 1));
+    return close == std::string_view::npos ? host : host.substr(0, close + 1);
   }
   size_t colon = host.rfind(':');
-  if (colon != std::string_view::npos && host.find(':') == colon) {
-    return std::string(host.substr(0, colon));
-  }
-  return std::string(host);
+  if (colon != std::string_view::npos && host.find(':') == colon) return host.substr(0, colon);
+  return host;
 }
 
 }  // namespace
@@ -518,7 +516,7 @@ const WeightedTarget& RouteEntry::PickWeighted(uint64_t random) const {
 std::string RouteEntry::RedirectLocation(const RequestHead& req, bool downstream_tls) const {
   std::string scheme = redirect_scheme.empty() ? (downstream_tls ? "https" : "http")
                                                : redirect_scheme;
-  std::string host = redirect_host.empty() ? StripPort(req.host) : redirect_host;
+  std::string host = redirect_host.empty() ? std::string(StripPort(req.host)) : redirect_host;
   std::string port;
   if (redirect_port) {
     port = absl::StrCat(":", redirect_port);
@@ -673,11 +671,25 @@ const VirtualHostEntry* RouteTable::FindNoPort(std::string_view host) const {
 }
 
 const VirtualHostEntry* RouteTable::FindVirtualHost(std::string_view host_in) const {
-  std::string host = absl::AsciiStrToLower(A(host_in));
-  std::string stripped = StripPort(host);
+  // Only a catch-all "*": nothing to look up (the common single-service table).
+  if (exact_.empty() && suffix_.empty() && prefix_.empty()) return default_;
+  // Lower-cased on the stack: a Host header is short (no allocation per request).
+  char small[256];
+  std::string large;
+  char* lower = small;
+  if (host_in.size() > sizeof(small)) {
+    large.resize(host_in.size());
+    lower = large.data();
+  }
+  for (size_t i = 0; i < host_in.size(); ++i) {
+    char c = host_in[i];
+    lower[i] = static_cast<unsigned char>(c - 'A') < 26 ? static_cast<char>(c + ('a' - 'A')) : c;
+  }
+  std::string_view host(lower, host_in.size());
+  std::string_view stripped = StripPort(host);
   if (stripped.size() != host.size()) {
     // A domain written with its port ("a.com:8080") matches exactly; otherwise the port is ignored.
-    auto it = exact_.find(host);
+    auto it = exact_.find(A(host));
     if (it != exact_.end()) return it->second;
   }
   const VirtualHostEntry* vh = FindNoPort(stripped);

@@ -1,8 +1,6 @@
 #include "source/router/router.h"
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "source/common/logger.h"
 #include "source/upstream/conn_pool.h"
 
@@ -53,7 +51,8 @@ class RouterStream : public StreamHandler, public PoolCallbacks, public Response
   ConnPool::Pending* pending_ = nullptr;
   UpstreamClient* client_ = nullptr;
   Buffer body_;  // request body received before the upstream connection was ready
-  std::unique_ptr<Timer> route_timer_;
+  MemberTimer<RouterStream, &RouterStream::OnRouteTimeout> route_timer_{router_.dispatcher(), this};
+  bool route_timer_started_ = false;
   bool request_resource_ = false;
   bool request_complete_ = false;
   bool done_ = false;
@@ -214,9 +213,9 @@ void RouterStream::RewriteRequest(RequestHead& head, const VirtualHostEntry& vh,
 }
 
 void RouterStream::StartRouteTimer() {
-  if (route_->timeout_ms == 0 || route_timer_) return;
-  route_timer_ = router_.dispatcher().CreateTimer([this] { OnRouteTimeout(); });
-  route_timer_->Enable(route_->timeout_ms);
+  if (route_->timeout_ms == 0 || route_timer_started_) return;
+  route_timer_started_ = true;
+  route_timer_.Enable(route_->timeout_ms);
 }
 
 void RouterStream::OnRouteTimeout() {
@@ -306,7 +305,7 @@ void RouterStream::OnResponseHeaders(ResponseHead& head, bool end_stream) {
   if (s == 101) {
     // Only reached for an upgrade rpx asked for (the upstream client refuses any other 101).
     tunnel_ = true;
-    if (route_timer_) route_timer_->Disable();  // the route timeout covers the handshake only
+    route_timer_.Disable();  // the route timeout covers the handshake only
     if (auto u = head.headers.Get("upgrade")) upgrade = *u;
   }
   RemoveHopByHopHeaders(head.headers);  // with content-length
@@ -356,7 +355,7 @@ void RouterStream::OnDownstreamReset() {
 }
 
 void RouterStream::Cleanup() {
-  if (route_timer_) route_timer_->Disable();
+  route_timer_.Disable();
   if (pending_) {
     pool_->Cancel(pending_);
     pending_ = nullptr;
@@ -411,13 +410,20 @@ void RemoveHopByHopHeaders(HeaderMap& headers) {
   std::vector<std::string> listed;
   for (const HeaderMap::Field f : headers) {
     if (f.name.size() != 10 || f.name != std::string_view("connection")) continue;
-    for (absl::string_view token : absl::StrSplit(absl::string_view(f.value.data(), f.value.size()), ',')) {
-      token = absl::StripAsciiWhitespace(token);
-      if (token.empty() || absl::EqualsIgnoreCase(token, "close") ||
-          absl::EqualsIgnoreCase(token, "keep-alive")) {
+    std::string_view rest = f.value;
+    while (!rest.empty()) {
+      size_t comma = rest.find(',');
+      std::string_view token = rest.substr(0, comma);
+      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+      while (!token.empty() && (token.front() == ' ' || token.front() == '\t')) token.remove_prefix(1);
+      while (!token.empty() && (token.back() == ' ' || token.back() == '\t')) token.remove_suffix(1);
+      if (token.empty() || EqualsIgnoreCase(token, "close") ||
+          EqualsIgnoreCase(token, "keep-alive")) {
         continue;
       }
-      listed.push_back(absl::AsciiStrToLower(token));
+      std::string t(token);
+      ToLowerAscii(&t);
+      listed.push_back(std::move(t));
     }
   }
   headers.RemoveIf([&](const HeaderMap::Field& f) {

@@ -407,9 +407,7 @@ ConnPool::Pending* ConnPool::NewStream(PoolCallbacks& callbacks) {
   if (!idle_.empty()) {
     UpstreamClient* c = idle_.front();
     c->timer_->Disable();
-    idle_.erase(c->pos_);
-    busy_.push_front(c);
-    c->pos_ = busy_.begin();
+    busy_.splice(busy_.begin(), idle_, c->pos_);  // list nodes move: no allocation per request
     c->state_ = UpstreamClient::State::kBusy;
     stats_.upstream_rq_total.Inc();
     stats_.upstream_rq_active.Inc();
@@ -479,26 +477,23 @@ void ConnPool::SetStarved(bool starved) {
 }
 
 void ConnPool::OnConnected(UpstreamClient* c) {
-  connecting_.erase(c->pos_);
   if (!pending_.empty()) {
-    Attach(c);
+    Attach(c, connecting_);
     return;
   }
   c->state_ = UpstreamClient::State::kIdle;
-  idle_.push_front(c);
-  c->pos_ = idle_.begin();
+  idle_.splice(idle_.begin(), connecting_, c->pos_);
   if (cluster_->idle_timeout_ms) c->timer_->Enable(cluster_->idle_timeout_ms);
 }
 
-void ConnPool::Attach(UpstreamClient* c) {
+void ConnPool::Attach(UpstreamClient* c, std::list<UpstreamClient*>& from) {
   auto p = std::move(pending_.front());
   pending_.pop_front();
   cluster_->resources->ReleasePending();
   stats_.upstream_rq_pending_active.Dec();
   c->timer_->Disable();
   c->state_ = UpstreamClient::State::kBusy;
-  busy_.push_front(c);
-  c->pos_ = busy_.begin();
+  busy_.splice(busy_.begin(), from, c->pos_);
   stats_.upstream_rq_total.Inc();
   stats_.upstream_rq_active.Inc();
   p->callbacks.OnPoolReady(*c);
@@ -533,15 +528,12 @@ void ConnPool::OnRequestDone(UpstreamClient* c, bool reusable) {
   }
   if (reusable && !draining_ && c->conn_->read_buffer().empty()) {
     if (!pending_.empty()) {
-      busy_.erase(c->pos_);
-      Attach(c);
+      Attach(c, busy_);
       return;
     }
     if (starved_ || !cluster_->resources->SlotWanted()) {
-      busy_.erase(c->pos_);
       c->state_ = UpstreamClient::State::kIdle;
-      idle_.push_front(c);
-      c->pos_ = idle_.begin();
+      idle_.splice(idle_.begin(), busy_, c->pos_);
       if (cluster_->idle_timeout_ms) c->timer_->Enable(cluster_->idle_timeout_ms);
       return;
     }
@@ -569,8 +561,7 @@ void ConnPool::OnClientClosed(UpstreamClient* c) {
 void ConnPool::ServePending() {
   while (!pending_.empty() && !idle_.empty()) {
     UpstreamClient* c = idle_.front();
-    idle_.erase(c->pos_);
-    Attach(c);
+    Attach(c, idle_);
   }
   while (connecting_.size() < pending_.size()) {
     if (!TryCreateConnection()) break;

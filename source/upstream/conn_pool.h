@@ -161,7 +161,9 @@ class ConnPool {
   void OnConnectFailed(UpstreamClient* c, PoolFailure reason, const std::string& detail);
   void OnRequestDone(UpstreamClient* c, bool reusable);
   void OnClientClosed(UpstreamClient* c);
-  void Attach(UpstreamClient* c);
+  // Gives the first pending request client `c`, moving it from list `from` (its current one) to
+  // busy_.
+  void Attach(UpstreamClient* c, std::list<UpstreamClient*>& from);
   void ServePending();
   void SetStarved(bool starved);
 

@@ -1,5 +1,6 @@
 #include "source/http/headers.h"
 
+#include <algorithm>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -89,6 +90,40 @@ TEST(HeaderMapTest, PendingFieldInPieces) {
   h.Add("after", "drop");  // the dropped field's bytes are reused, not in the way
   EXPECT_EQ(*h.Get("after"), "drop");
   EXPECT_EQ(*h.Get("host"), "x");
+}
+
+// AppendName lowers 8 bytes at a time: every byte value, at every offset of a word, must come
+// out as a byte-wise lower-casing would give it (only 'A'..'Z' change).
+TEST(HeaderMapTest, AppendNameLowersEveryByteValue) {
+  std::string all;
+  for (int i = 0; i < 256; ++i) all.push_back(static_cast<char>(i));
+  for (size_t shift = 0; shift < 8; ++shift) {
+    std::string in = std::string(shift, 'Q') + all + all;
+    std::string want = in;
+    for (char& c : want) {
+      if (c >= 'A' && c <= 'Z') c += 'a' - 'A';
+    }
+    HeaderMap h;
+    // In pieces of varying length, as a parser may deliver them.
+    for (size_t at = 0, piece = 1; at < in.size(); at += piece, piece = piece % 13 + 1) {
+      size_t n = std::min(piece, in.size() - at);
+      h.AppendName(in.data() + at, n);
+    }
+    EXPECT_EQ(h.pending_name(), want) << "shift " << shift;
+  }
+}
+
+TEST(HeaderMapTest, CopiesAreIndependent) {
+  HeaderMap a;
+  a.Add("x", "1");
+  HeaderMap b = a;
+  b.Add("y", "2");
+  b.Set("x", "3");
+  EXPECT_EQ(a.size(), 1u);
+  EXPECT_EQ(*a.Get("x"), "1");
+  EXPECT_EQ(*b.Get("x"), "3");
+  a = b;
+  EXPECT_EQ(*a.Get("y"), "2");
 }
 
 TEST(HeadersTest, AppendHeadersWritesWireForm) {
