@@ -73,6 +73,14 @@ long IntFlag(const char* flag, const std::string& v, long lo, long hi) {
 }  // namespace
 
 int main(int argc, char** argv) {
+#if defined(__x86_64__)
+  // The HTTP/1 parser is built for SSE4.2 (third_party/llhttp.BUILD); say so rather than die of
+  // SIGILL on the first long header.
+  if (!__builtin_cpu_supports("sse4.2")) {
+    fprintf(stderr, "error: this CPU lacks SSE4.2, which this build of rpx needs (x86-64-v2)\n");
+    return 1;
+  }
+#endif
   // glibc hands freed memory back to the kernel eagerly (madvise/munmap, each costing hundreds of
   // microseconds on some VMs), then faults it back in on the next large request or config push.
   // A proxy's heap is its steady state: keep what it freed for reuse.
