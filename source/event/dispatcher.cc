@@ -21,8 +21,8 @@ uint64_t MonotonicMs() {
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<uint64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
 }
-uint32_t ToEpoll(uint32_t interest) {
-  uint32_t ev = 0;
+uint32_t ToEpoll(uint32_t interest, bool edge) {
+  uint32_t ev = edge ? EPOLLET : 0;
   if (interest & FileEvent::kRead) ev |= EPOLLIN | EPOLLRDHUP;
   if (interest & FileEvent::kWrite) ev |= EPOLLOUT;
   return ev;
@@ -32,8 +32,8 @@ uint32_t ToEpoll(uint32_t interest) {
 namespace {
 class CallbackFileEvent final : public FileEvent {
  public:
-  CallbackFileEvent(Dispatcher& d, int fd, Callback cb, uint32_t interest)
-      : FileEvent(d, fd, interest), cb_(std::move(cb)) {}
+  CallbackFileEvent(Dispatcher& d, int fd, Callback cb, uint32_t interest, Trigger trigger)
+      : FileEvent(d, fd, interest, trigger), cb_(std::move(cb)) {}
 
  private:
   void OnEvents(uint32_t events) override { cb_(events); }
@@ -50,10 +50,13 @@ class CallbackTimer final : public Timer {
 };
 }  // namespace
 
-FileEvent::FileEvent(Dispatcher& d, int fd, uint32_t interest)
-    : dispatcher_(d), fd_(fd), interest_(interest) {
+FileEvent::FileEvent(Dispatcher& d, int fd, uint32_t interest, Trigger trigger)
+    : dispatcher_(d),
+      fd_(fd),
+      interest_(static_cast<uint16_t>(interest)),
+      edge_(trigger == Trigger::kEdge) {
   struct epoll_event ev;
-  ev.events = ToEpoll(interest);
+  ev.events = ToEpoll(interest, edge_);
   ev.data.ptr = this;
   if (epoll_ctl(d.epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
     RPX_LOG(kError, "epoll_ctl add fd %d: %s", fd, strerror(errno));
@@ -63,16 +66,30 @@ FileEvent::FileEvent(Dispatcher& d, int fd, uint32_t interest)
 FileEvent::~FileEvent() { Unregister(); }
 
 void FileEvent::Unregister() {
+  if (activated_) {
+    activated_ = 0;
+    for (FileEvent*& e : dispatcher_.activated_) {
+      if (e == this) e = nullptr;
+    }
+  }
   if (fd_ < 0) return;
   epoll_ctl(dispatcher_.epoll_fd_, EPOLL_CTL_DEL, fd_, nullptr);
   fd_ = -1;
 }
 
+void FileEvent::Activate(uint32_t events) {
+  if (fd_ < 0) return;
+  if (!activated_) dispatcher_.activated_.push_back(this);
+  activated_ |= static_cast<uint8_t>(events);
+}
+
 void FileEvent::SetInterest(uint32_t interest) {
+  // With edge triggering, turning interest on (MOD) also re-arms it: epoll looks at the
+  // descriptor again and reports it if it is ready, so nothing that arrived meanwhile is missed.
   if (interest == interest_ || fd_ < 0) return;
-  interest_ = interest;
+  interest_ = static_cast<uint16_t>(interest);
   struct epoll_event ev;
-  ev.events = ToEpoll(interest);
+  ev.events = ToEpoll(interest, edge_);
   ev.data.ptr = this;
   epoll_ctl(dispatcher_.epoll_fd_, EPOLL_CTL_MOD, fd_, &ev);
 }
@@ -159,8 +176,9 @@ Dispatcher::~Dispatcher() {
 }
 
 std::unique_ptr<FileEvent> Dispatcher::CreateFileEvent(int fd, FileEvent::Callback cb,
-                                                       uint32_t interest) {
-  return std::make_unique<CallbackFileEvent>(*this, fd, std::move(cb), interest);
+                                                       uint32_t interest,
+                                                       FileEvent::Trigger trigger) {
+  return std::make_unique<CallbackFileEvent>(*this, fd, std::move(cb), interest, trigger);
 }
 
 std::unique_ptr<Timer> Dispatcher::CreateTimer(std::function<void()> cb) {
@@ -213,6 +231,23 @@ void Dispatcher::RunPosted() {
     batch.swap(posted_);
   }
   for (auto& fn : batch) fn();
+}
+
+void Dispatcher::RunActivated() {
+  // Only what was queued before this pass: an event that activates itself again waits for the
+  // next iteration (and its epoll events), so it cannot starve the loop.
+  size_t n = activated_.size();
+  for (size_t i = 0; i < n; ++i) {
+    FileEvent* fe = activated_[i];
+    if (fe == nullptr) continue;  // unregistered since
+    activated_[i] = nullptr;
+    uint32_t ev = fe->activated_;
+    fe->activated_ = 0;
+    if (fe->fd_ < 0) continue;
+    fe->OnEvents(ev);
+    RunFlushes();
+  }
+  activated_.erase(activated_.begin(), activated_.begin() + n);
 }
 
 void Dispatcher::RunFlushes() {
@@ -300,7 +335,7 @@ void Dispatcher::RunOnce(int max_wait_ms) {
     int until = next > now_ms_ ? static_cast<int>(next - now_ms_) : 0;
     if (timeout < 0 || until < timeout) timeout = until;
   }
-  if (!deferred_.empty() || !flush_.empty()) timeout = 0;
+  if (!deferred_.empty() || !flush_.empty() || !activated_.empty()) timeout = 0;
   int n = Poll(events, kMaxEvents, timeout);
   UpdateTime();
   if (n < 0 && errno != EINTR) {
@@ -325,11 +360,13 @@ void Dispatcher::RunOnce(int max_wait_ms) {
     if (events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) ev |= FileEvent::kRead;
     if (events[i].events & (EPOLLOUT | EPOLLHUP | EPOLLERR)) ev |= FileEvent::kWrite;
     if (events[i].events & (EPOLLHUP | EPOLLERR)) ev |= FileEvent::kClosed;
+    if (events[i].events & EPOLLRDHUP) ev |= FileEvent::kPeerClosed;
     fe->OnEvents(ev);
     // Send what this event produced now (its headers and body still leave in one syscall), so
     // the peer starts working while we handle the rest of the batch.
     RunFlushes();
   }
+  if (!activated_.empty()) RunActivated();
   RunTimers();
   RunFlushes();
   ClearDeferred();

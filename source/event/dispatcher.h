@@ -23,19 +23,32 @@ namespace rpx {
 class Dispatcher;
 class IoRing;
 
-// Readiness for one file descriptor. Level-triggered: the owner turns read and write interest on
-// and off (that is how backpressure stops reading from a socket).
+// Readiness for one file descriptor. The owner turns read and write interest on and off (that is
+// how backpressure stops reading from a socket).
+// Level-triggered (the default) reports a ready descriptor at every loop iteration until it is
+// no longer ready. Edge-triggered reports readiness once, when it arises (or when interest is
+// turned on while the descriptor is ready), which saves epoll a second look at every descriptor
+// it reported: the owner must then read until the socket is drained (a short read says so), or
+// call Activate() to be called again on the next iteration.
 // Two forms: Dispatcher::CreateFileEvent with a callback, or a MemberFileEvent embedded in its
 // owner (no allocation of its own: every connection has one).
 class FileEvent {
  public:
-  enum : uint32_t { kRead = 1, kWrite = 2, kClosed = 4 };
+  // kPeerClosed comes with kRead when the peer has shut down its side (EPOLLRDHUP): after an
+  // edge-triggered report with it, a short read no longer means drained (the end of the stream
+  // is still to be read).
+  enum : uint32_t { kRead = 1, kWrite = 2, kClosed = 4, kPeerClosed = 8 };
+  enum class Trigger : uint8_t { kLevel, kEdge };
   using Callback = std::function<void(uint32_t events)>;
   virtual ~FileEvent();
   FileEvent(const FileEvent&) = delete;
   FileEvent& operator=(const FileEvent&) = delete;
   void SetInterest(uint32_t interest);  // kRead | kWrite
   uint32_t interest() const { return interest_; }
+  // Calls OnEvents(events) on the next loop iteration, as if epoll had reported them (an
+  // edge-triggered owner that stopped before draining its socket). Repeated calls before then
+  // merge. Forgotten if the descriptor is unregistered first.
+  void Activate(uint32_t events);
   // Removes the fd from epoll before the owner closes it (a later fd with the same number must
   // not be unregistered by our destructor). Events already fetched for it are then dropped.
   void Unregister();
@@ -43,7 +56,7 @@ class FileEvent {
 
  protected:
   // Registers `fd` with epoll at once.
-  FileEvent(Dispatcher& d, int fd, uint32_t interest);
+  FileEvent(Dispatcher& d, int fd, uint32_t interest, Trigger trigger = Trigger::kLevel);
   virtual void OnEvents(uint32_t events) = 0;
   // Read batching (Dispatcher::SetReadBatching): an owner that reads its fd with recv(2) can let
   // the loop take its next read early, together with the batch's other reads. ReadAheadBuffer
@@ -56,7 +69,9 @@ class FileEvent {
   friend class Dispatcher;
   Dispatcher& dispatcher_;
   int fd_;
-  uint32_t interest_;
+  uint16_t interest_;
+  uint8_t activated_ = 0;  // events Activate() queued, not delivered yet
+  bool edge_;
 };
 
 // A FileEvent that calls `(owner->*M)(events)`, for embedding in the owner.
@@ -76,8 +91,9 @@ class MemberFileEvent final : public FileEvent {
 template <class T, void (T::*M)(uint32_t)>
 class ReadingFileEvent final : public FileEvent {
  public:
-  ReadingFileEvent(Dispatcher& d, int fd, uint32_t interest, T* owner)
-      : FileEvent(d, fd, interest), owner_(owner) {}
+  ReadingFileEvent(Dispatcher& d, int fd, uint32_t interest, T* owner,
+                   Trigger trigger = Trigger::kLevel)
+      : FileEvent(d, fd, interest, trigger), owner_(owner) {}
 
  private:
   void OnEvents(uint32_t events) override { (owner_->*M)(events); }
@@ -149,7 +165,9 @@ class Dispatcher {
   Dispatcher(const Dispatcher&) = delete;
   Dispatcher& operator=(const Dispatcher&) = delete;
 
-  std::unique_ptr<FileEvent> CreateFileEvent(int fd, FileEvent::Callback cb, uint32_t interest);
+  std::unique_ptr<FileEvent> CreateFileEvent(
+      int fd, FileEvent::Callback cb, uint32_t interest,
+      FileEvent::Trigger trigger = FileEvent::Trigger::kLevel);
   std::unique_ptr<Timer> CreateTimer(std::function<void()> cb);
   void DeferredDelete(std::unique_ptr<DeferredDeletable> obj);
   // `f` must stay alive until the end of the current batch (deferred deletion guarantees that).
@@ -219,6 +237,7 @@ class Dispatcher {
   void SiftUp(uint32_t i);
   void SiftDown(uint32_t i);
   void RunPosted();
+  void RunActivated();
   void ClearDeferred();
   void RunFlushes();
   void RunOnce(int max_wait_ms);
@@ -235,6 +254,8 @@ class Dispatcher {
   uint64_t next_timer_seq_ = 0;
   std::vector<std::unique_ptr<DeferredDeletable>> deferred_;
   std::vector<Flushable*> flush_;
+  // FileEvents that Activate() queued; an entry is nulled when its event is unregistered.
+  std::vector<FileEvent*> activated_;
   std::unordered_set<DeferredDeletable*> orphans_;  // connections closing without an owner: few
   std::mutex post_mu_;
   std::vector<std::function<void()>> posted_;

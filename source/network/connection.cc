@@ -47,8 +47,11 @@ Connection::Connection(Dispatcher& dispatcher, int fd, bool connecting, uint32_t
       want_splice_write_(false),
       linger_after_flush_(false),
       self_owned_(false),
+      peer_closed_(false),
       transport_(&RawTransport::Instance()),
-      file_event_(dispatcher, fd, connecting ? FileEvent::kWrite : FileEvent::kRead, this) {
+      // Edge-triggered: DoRead reads until a short read (drained) or activates itself again.
+      file_event_(dispatcher, fd, connecting ? FileEvent::kWrite : FileEvent::kRead, this,
+                  FileEvent::Trigger::kEdge) {
   int one = 1;
   setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
@@ -172,6 +175,7 @@ void Connection::OnFileEvent(uint32_t events) {
   // early read found nothing the splicer will not see again itself).
   int32_t ahead = read_ahead_;
   read_ahead_ = kNoReadAhead;
+  if (events & FileEvent::kPeerClosed) peer_closed_ = true;
   if (state_ == State::kConnecting) {
     int err = 0;
     socklen_t len = sizeof(err);
@@ -196,6 +200,7 @@ void Connection::OnFileEvent(uint32_t events) {
       CloseNow(ConnectionEvent::kLocalClose, false);
       return;
     }
+    file_event_.Activate(FileEvent::kRead);  // not drained: no new edge would come for it
     return;
   }
   if ((events & FileEvent::kWrite) && state_ != State::kClosed) {
@@ -210,8 +215,8 @@ void Connection::OnFileEvent(uint32_t events) {
     if (splice_source_ && state_ == State::kOpen) return;
   }
   if ((events & FileEvent::kRead) && state_ == State::kOpen) DoRead(ahead);
-  // Hang-up or error while reads are disabled: nothing above noticed it, and level-triggered
-  // epoll would report it forever.
+  // Hang-up or error while reads are disabled: nothing above noticed it, and it is reported
+  // whatever the interest (once, edge-triggered): close now.
   if ((events & FileEvent::kClosed) && state_ != State::kClosed) {
     CloseNow(ConnectionEvent::kRemoteClose, true);
   }
@@ -266,7 +271,9 @@ void Connection::DoRead(int32_t ahead) {
     if (n > 0) {
       total += n;
       if (callbacks_) callbacks_->OnData(read_buffer_);
-      if (static_cast<size_t>(n) < want) break;  // socket drained (saves an EAGAIN read)
+      // A short read means the socket is drained (saves an EAGAIN read), unless the peer's end
+      // of stream is known to be waiting behind the bytes.
+      if (static_cast<size_t>(n) < want && !peer_closed_) break;
       continue;
     }
     if (n == 0) {
@@ -280,6 +287,13 @@ void Connection::DoRead(int32_t ahead) {
   if (eof) {
     CloseNow(ConnectionEvent::kRemoteClose, true);
     return;
+  }
+  // Stopped at the per-event cap with the socket perhaps not drained: edge-triggered readiness
+  // will not report it again, so come back on the next iteration (after the other sockets).
+  // Stopping for any other reason needs nothing: a short read means drained, and turning reads
+  // back on (ReadDisable(false), the splicer's WantSpliceRead) re-arms the readiness.
+  if (total >= kMaxReadPerEvent && state_ == State::kOpen && !read_disabled_ && !splice_source_) {
+    file_event_.Activate(FileEvent::kRead);
   }
   if (read_buffer_.empty()) read_buffer_.ReleaseIfEmpty();
 }

@@ -88,6 +88,9 @@ class Connection : public DeferredDeletable, public Flushable {
   // the close is silent (used when the owner is already tearing down).
   void Close(CloseType type, bool notify = true);
   bool closed() const { return state_ == State::kClosed; }
+  // The peer has shut down its sending side (seen in a readiness report): from then on a short
+  // read does not mean the socket is drained, since the end of the stream is still to be read.
+  bool peer_closed() const { return peer_closed_; }
   bool open() const { return state_ == State::kOpen; }
 
   // Splicing: while a source handler is set, read readiness goes to it and the socket is not read
@@ -140,6 +143,7 @@ class Connection : public DeferredDeletable, public Flushable {
   bool want_splice_write_ : 1;
   bool linger_after_flush_ : 1;
   bool self_owned_ : 1;  // released by its owner while closing; frees itself when closed
+  bool peer_closed_ : 1;  // the peer shut down its side (reads go on until end of stream)
   ConnectionCallbacks* callbacks_ = nullptr;
   // RawTransport's shared instance (it has no state); TLS will own a per-connection one.
   TransportSocket* transport_;

@@ -170,6 +170,89 @@ TEST(DispatcherTest, FileEventsAndDeferredDelete) {
   close(fds[1]);
 }
 
+// Runs the loop for `iterations` non-blocking passes (RunUntil with a condition that never holds
+// would wait; each pass here polls once).
+void Spin(Dispatcher& d, int iterations) {
+  int n = 0;
+  d.RunUntil([&] { return ++n > iterations; }, 1000);
+}
+
+// Level-triggered readiness is reported at every pass while the socket is unread; edge-triggered
+// readiness once, until interest is turned on again (a re-arm) or the owner activates itself.
+TEST(DispatcherTest, EdgeTriggeredReportsOnceUntilReArmedOrActivated) {
+  Dispatcher d("t");
+  int level_fds[2], edge_fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, level_fds), 0);
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, edge_fds), 0);
+  int level_calls = 0, edge_calls = 0;
+  std::vector<uint32_t> edge_events;
+  auto level = d.CreateFileEvent(level_fds[0], [&](uint32_t) { ++level_calls; },
+                                 FileEvent::kRead);
+  auto edge = d.CreateFileEvent(
+      edge_fds[0],
+      [&](uint32_t ev) {
+        ++edge_calls;
+        edge_events.push_back(ev);
+      },
+      FileEvent::kRead, FileEvent::Trigger::kEdge);
+  ASSERT_EQ(write(level_fds[1], "x", 1), 1);
+  ASSERT_EQ(write(edge_fds[1], "x", 1), 1);  // neither is ever read
+  Spin(d, 5);
+  EXPECT_GE(level_calls, 5);
+  EXPECT_EQ(edge_calls, 1);
+  // Interest off and on again: epoll looks at the socket afresh and reports it.
+  edge->SetInterest(0);
+  edge->SetInterest(FileEvent::kRead);
+  Spin(d, 5);
+  EXPECT_EQ(edge_calls, 2);
+  // Activate: once, on the next pass, with the events asked for (merged).
+  edge->Activate(FileEvent::kRead);
+  edge->Activate(FileEvent::kWrite);
+  EXPECT_EQ(edge_calls, 2);  // not from inside Activate
+  Spin(d, 5);
+  EXPECT_EQ(edge_calls, 3);
+  EXPECT_EQ(edge_events.back(), FileEvent::kRead | FileEvent::kWrite);
+  // New bytes are a new edge.
+  ASSERT_EQ(write(edge_fds[1], "y", 1), 1);
+  Spin(d, 5);
+  EXPECT_EQ(edge_calls, 4);
+  level.reset();
+  edge.reset();
+  for (int fd : {level_fds[0], level_fds[1], edge_fds[0], edge_fds[1]}) close(fd);
+}
+
+// An event that activates itself from its callback runs once per pass, not in a loop within one
+// pass; and an activation is dropped when the event is unregistered before it runs.
+TEST(DispatcherTest, ActivationRunsOncePerPassAndDiesWithItsEvent) {
+  Dispatcher d("t");
+  int fds[2], other[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, fds), 0);
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, other), 0);
+  int self_calls = 0, victim_calls = 0;
+  std::unique_ptr<FileEvent> self, victim;
+  self = d.CreateFileEvent(
+      fds[0],
+      [&](uint32_t) {
+        ++self_calls;
+        if (self_calls < 3) self->Activate(FileEvent::kRead);
+      },
+      0, FileEvent::Trigger::kEdge);
+  victim = d.CreateFileEvent(other[0], [&](uint32_t) { ++victim_calls; }, 0,
+                             FileEvent::Trigger::kEdge);
+  self->Activate(FileEvent::kRead);
+  victim->Activate(FileEvent::kRead);
+  victim->Unregister();
+  int passes = 0;
+  d.RunUntil([&] { return ++passes > 1; }, 1000);  // one pass
+  EXPECT_EQ(self_calls, 1);
+  Spin(d, 5);
+  EXPECT_EQ(self_calls, 3);
+  EXPECT_EQ(victim_calls, 0);
+  self.reset();
+  victim.reset();
+  for (int fd : {fds[0], fds[1], other[0], other[1]}) close(fd);
+}
+
 // Batching (SetBatchWait): below kBatchMinPending, or with batching off, the loop never takes
 // the sleeping path.
 TEST(DispatcherTest, BatchingNeedsEnoughPendingWork) {

@@ -160,6 +160,51 @@ TEST(ConnectionTest, ReadBatchingKeepsBytesOfAConnectionDisabledMidBatch) {
 
 // Without read batching (the default, and rpx --disable-read-batching) nothing goes through the
 // ring.
+// Connections are edge-triggered: readiness is reported once. Bytes and the peer's end of stream
+// that arrive together are one report, and a short read of the bytes must not end the reading
+// there (the end of stream would never be reported again).
+TEST(ConnectionTest, BytesAndEndOfStreamInOneReportAreBothSeen) {
+  Dispatcher d("t");
+  TcpPair p = MakeTcpPair();
+  ASSERT_GE(p.ours, 0);
+  Connection c(d, p.ours, false, 1 << 20);
+  Recorder rec;
+  c.SetCallbacks(&rec);
+  ASSERT_EQ(send(p.peer, "last words", 10, 0), 10);
+  close(p.peer);
+  ASSERT_TRUE(d.RunUntil([&] { return !rec.events.empty(); }, 5000)) << rec.data;
+  EXPECT_EQ(rec.data, "last words");
+  EXPECT_EQ(rec.events, std::vector<ConnectionEvent>{ConnectionEvent::kRemoteClose});
+}
+
+// One readiness report reads at most a fixed amount (so one busy socket cannot hold up the
+// others); with edge triggering the rest is only read because the connection activates itself
+// again. All of a large burst that arrived before the loop ran must still be delivered.
+TEST(ConnectionTest, ABurstLargerThanOneEventsReadIsDeliveredWhole) {
+  Dispatcher d("t");
+  TcpPair p = MakeTcpPair();
+  ASSERT_GE(p.ours, 0);
+  int big = 8 << 20;
+  setsockopt(p.ours, SOL_SOCKET, SO_RCVBUF, &big, sizeof(big));
+  setsockopt(p.peer, SOL_SOCKET, SO_SNDBUF, &big, sizeof(big));
+  Connection c(d, p.ours, false, 1 << 20);
+  Recorder rec;
+  c.SetCallbacks(&rec);
+  // 1 MiB queued in our receive buffer before the loop looks (four times the per-event cap).
+  std::string burst(1 << 20, 'b');
+  size_t sent = 0;
+  while (sent < burst.size()) {
+    ssize_t n = send(p.peer, burst.data() + sent, burst.size() - sent, MSG_DONTWAIT);
+    if (n <= 0) break;
+    sent += n;
+  }
+  ASSERT_GT(sent, 512u * 1024) << "the socket buffers took too little for the test to mean much";
+  ASSERT_TRUE(d.RunUntil([&] { return rec.data.size() >= sent; }, 5000))
+      << rec.data.size() << " of " << sent << " bytes delivered";
+  EXPECT_EQ(rec.data, burst.substr(0, sent));
+  close(p.peer);
+}
+
 TEST(ConnectionTest, WithoutReadBatchingTheRingIsNotUsed) {
   Dispatcher d("t");
   TcpPair p1 = MakeTcpPair(), p2 = MakeTcpPair();

@@ -188,6 +188,25 @@ TEST_F(SpliceTest, EarlyEofFromTheSourceFails) {
   EXPECT_NE(rec_.failed.find("4000 body bytes still to come"), std::string::npos) << rec_.failed;
 }
 
+// The upstream's last bytes and its end of stream arrive together while the splicer is already
+// waiting on the source: one edge-triggered report covers both, and the short read of the bytes
+// must not be taken for "drained" (the end of stream would never be reported again).
+TEST_F(SpliceTest, LastBytesAndEofTogetherMidBodyFail) {
+  splicer_ = Splicer::Create(*source_, *sink_, 5000, rec_);
+  ASSERT_TRUE(splicer_);
+  splicer_->Start();
+  WriteAll(up_.peer, Pattern(1000));
+  std::string got;
+  ASSERT_TRUE(d_.RunUntil([&] { return rec_.progress >= 1000; }, 5000));
+  EXPECT_EQ(ReadExactly(down_.peer, 1000), Pattern(1000));
+  WriteAll(up_.peer, Pattern(500, 1000));
+  shutdown(up_.peer, SHUT_WR);
+  ASSERT_TRUE(d_.RunUntil([&] { return rec_.done || !rec_.failed.empty(); }, 5000))
+      << "the end of stream went unnoticed";
+  EXPECT_FALSE(rec_.done);
+  EXPECT_NE(rec_.failed.find("3500 body bytes still to come"), std::string::npos) << rec_.failed;
+}
+
 TEST_F(SpliceTest, ClosingTheSinkFailsAndForgetsIt) {
   splicer_ = Splicer::Create(*source_, *sink_, 1 << 20, rec_);
   ASSERT_TRUE(splicer_);
