@@ -50,10 +50,10 @@ void HeaderMap::Add(std::string_view name, std::string_view value) {
   Slot s;
   s.name_off = static_cast<uint32_t>(arena_.size());
   s.name_len = static_cast<uint32_t>(name.size());
-  memcpy(arena_.Extend(name.size()), n, name.size());
+  arena_.Append(n, name.size());
   s.value_off = static_cast<uint32_t>(arena_.size());
   s.value_len = static_cast<uint32_t>(value.size());
-  memcpy(arena_.Extend(value.size()), v, value.size());
+  arena_.Append(v, value.size());
   fields_.push_back(s);
 }
 
@@ -107,7 +107,7 @@ void HeaderMap::AppendName(const char* data, size_t len) {
 void HeaderMap::AppendValue(const char* data, size_t len) {
   if (!pending_) StartPending();
   pending_value_ = true;
-  memcpy(arena_.Extend(len), data, len);
+  arena_.Append(data, len);
   pending_slot_.value_len += static_cast<uint32_t>(len);
 }
 

@@ -30,7 +30,7 @@ class HeaderMap {
     Arena& operator=(const Arena& o) {
       if (this != &o) {
         size_ = 0;
-        memcpy(Extend(o.size_), o.data_.get(), o.size_);
+        Append(o.data_.get(), o.size_);
       }
       return *this;
     }
@@ -45,6 +45,9 @@ class HeaderMap {
       char* p = data_.get() + size_;
       size_ += n;
       return p;
+    }
+    void Append(const char* p, size_t n) {
+      if (n) memcpy(Extend(n), p, n);  // (memcpy must not see the null of an empty arena)
     }
     void Truncate(size_t n) { size_ = n; }
     void Reserve(size_t more) {
