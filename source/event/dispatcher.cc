@@ -83,6 +83,16 @@ void FileEvent::Activate(uint32_t events) {
   activated_ |= static_cast<uint8_t>(events);
 }
 
+void FileEvent::SetTrigger(Trigger trigger) {
+  bool edge = trigger == Trigger::kEdge;
+  if (edge == edge_ || fd_ < 0) return;
+  edge_ = edge;
+  struct epoll_event ev;
+  ev.events = ToEpoll(interest_, edge_);
+  ev.data.ptr = this;
+  epoll_ctl(dispatcher_.epoll_fd_, EPOLL_CTL_MOD, fd_, &ev);
+}
+
 void FileEvent::SetInterest(uint32_t interest) {
   // With edge triggering, turning interest on (MOD) also re-arms it: epoll looks at the
   // descriptor again and reports it if it is ready, so nothing that arrived meanwhile is missed.

@@ -45,6 +45,8 @@ class FileEvent {
   FileEvent& operator=(const FileEvent&) = delete;
   void SetInterest(uint32_t interest);  // kRead | kWrite
   uint32_t interest() const { return interest_; }
+  // Switches between level and edge triggering (a MOD, which also re-arms: see SetInterest).
+  void SetTrigger(Trigger trigger);
   // Calls OnEvents(events) on the next loop iteration, as if epoll had reported them (an
   // edge-triggered owner that stopped before draining its socket). Repeated calls before then
   // merge. Forgotten if the descriptor is unregistered first.

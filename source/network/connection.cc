@@ -148,13 +148,24 @@ void Connection::UpdateInterest() {
 void Connection::SetSpliceSource(SpliceHandler* h) {
   splice_source_ = h;
   want_splice_read_ = false;
+  UpdateTrigger();
   UpdateInterest();
 }
 
 void Connection::SetSpliceSink(SpliceHandler* h) {
   splice_sink_ = h;
   want_splice_write_ = false;
+  UpdateTrigger();
   UpdateInterest();
+}
+
+void Connection::UpdateTrigger() {
+  // A short or refused splice says the pipe is out of room (it holds a limited number of buffer
+  // slots, whatever their size) as often as that the socket is drained, so the splicer cannot
+  // know when it has taken all there was: while splicing, the socket is level-triggered and
+  // reported again for as long as it is ready.
+  file_event_.SetTrigger(splice_source_ || splice_sink_ ? FileEvent::Trigger::kLevel
+                                                        : FileEvent::Trigger::kEdge);
 }
 
 void Connection::WantSpliceRead(bool want) {

@@ -128,6 +128,7 @@ class Connection : public DeferredDeletable, public Flushable {
   void DoWrite();
   void CloseNow(ConnectionEvent event, bool notify);
   void UpdateInterest();
+  void UpdateTrigger();
   void CheckWatermarks();
 
   // Every idle keep-alive connection holds one of these: fields are packed, the file event is

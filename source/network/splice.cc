@@ -156,8 +156,8 @@ void Splicer::Pump(bool source_event) {
   destroyed_ = &destroyed;
   uint64_t moved_total = 0;
   // A short or EAGAIN splice means that side is done for this wakeup: not asking it again saves
-  // a syscall (splice calls are most of the cost of a spliced body); readiness reports anything
-  // that arrives meanwhile.
+  // a syscall (splice calls are most of the cost of a spliced body); level-triggered readiness
+  // reports anything that changes meanwhile.
   bool source_dry = false, sink_full = false;
   while (true) {
     if (!source_dry && !FillPipe(source_event, &source_dry))
@@ -195,9 +195,7 @@ bool Splicer::FillPipe(bool source_event, bool* dry) {
     if (n > 0) {
       to_read_ -= n;
       in_pipe_ += n;
-      // Short: drained for this wakeup, unless the upstream's end of stream waits behind the
-      // bytes (edge-triggered readiness would not report it again).
-      if (static_cast<size_t>(n) < want && !source_->peer_closed()) {
+      if (static_cast<size_t>(n) < want) {
         *dry = true;
         break;
       }

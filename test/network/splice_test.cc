@@ -5,9 +5,12 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/ioctl.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <condition_variable>
 #include <mutex>
 #include <string>
@@ -111,6 +114,49 @@ TEST_F(SpliceTest, MovesExactlyTheLengthAfterTheHead) {
   splicer_.reset();
   ASSERT_TRUE(d_.RunUntil([&] { return rec_.data.size() >= 4; }, 5000));
   EXPECT_EQ(rec_.data, "NEXT");
+}
+
+// An upstream that sends its body with sendfile(2), as nginx does, all of it buffered on our side
+// before the splicer starts: the socket's buffers then reference file pages, a pipe's slots fill
+// before its byte capacity does, and splice returns short (or EAGAIN) with the socket still
+// holding bytes. The splicer must still move the whole body (under edge-triggered readiness it
+// stalled with the last megabyte unread: the socket was never reported again).
+TEST_F(SpliceTest, ABodyFromSendfileAlreadyBufferedMovesWhole) {
+  const size_t kLen = 4 * 1024 * 1024;
+  std::string body = Pattern(kLen, 7);
+  char path[] = "/tmp/rpx-splice-test.XXXXXX";
+  int file = mkstemp(path);
+  ASSERT_GE(file, 0);
+  unlink(path);
+  ASSERT_EQ(write(file, body.data(), body.size()), static_cast<ssize_t>(body.size()));
+  int big = 16 << 20;
+  setsockopt(up_.ours, SOL_SOCKET, SO_RCVBUF, &big, sizeof(big));
+  std::thread writer([&] {
+    off_t off = 0;
+    while (static_cast<size_t>(off) < kLen) {
+      if (sendfile(up_.peer, file, &off, kLen - off) <= 0) break;
+    }
+  });
+  std::string got;
+  std::thread reader([&] { got = ReadExactly(down_.peer, kLen); });
+  // Let the upstream's bytes pile up in our receive buffer before the first splice.
+  for (int i = 0; i < 200; ++i) {
+    int queued = 0;
+    ioctl(up_.ours, FIONREAD, &queued);
+    if (static_cast<size_t>(queued) >= kLen / 2) break;
+    usleep(5000);
+  }
+  splicer_ = Splicer::Create(*source_, *sink_, kLen, rec_);
+  ASSERT_TRUE(splicer_);
+  splicer_->Start();
+  bool finished = d_.RunUntil([&] { return rec_.done || !rec_.failed.empty(); }, 10000);
+  if (!finished) shutdown(down_.peer, SHUT_RDWR);  // let the reader thread go
+  reader.join();
+  writer.join();
+  close(file);
+  ASSERT_TRUE(finished) << rec_.progress << " of " << kLen << " bytes moved";
+  EXPECT_EQ(rec_.failed, "");
+  EXPECT_TRUE(got == body) << "spliced body differs";
 }
 
 // An upstream that pauses mid-body (here until the client has the first 200 KiB) must not have
