@@ -40,10 +40,12 @@ std::optional<std::string_view> HeaderMap::Get(std::string_view name) const {
 void HeaderMap::Add(std::string_view name, std::string_view value) {
   // The views may point into arena_ (a value copied from another field): keep them as offsets
   // across the growth of the arena.
-  const char* base = arena_.data();
-  bool name_inside = name.data() >= base && name.data() < base + arena_.size();
-  bool value_inside = value.data() >= base && value.data() < base + arena_.size();
-  size_t name_at = name.data() - base, value_at = value.data() - base;
+  uintptr_t base = reinterpret_cast<uintptr_t>(arena_.data());
+  uintptr_t n_at = reinterpret_cast<uintptr_t>(name.data());
+  uintptr_t v_at = reinterpret_cast<uintptr_t>(value.data());
+  bool name_inside = base && n_at >= base && n_at < base + arena_.size();
+  bool value_inside = base && v_at >= base && v_at < base + arena_.size();
+  size_t name_at = n_at - base, value_at = v_at - base;
   arena_.Reserve(name.size() + value.size());
   const char* n = name_inside ? arena_.data() + name_at : name.data();
   const char* v = value_inside ? arena_.data() + value_at : value.data();
@@ -73,7 +75,6 @@ int HeaderMap::Remove(std::string_view name) {
 
 void HeaderMap::StartPending() {
   pending_ = true;
-  pending_value_ = false;
   pending_slot_.name_off = static_cast<uint32_t>(arena_.size());
   pending_slot_.name_len = 0;
   pending_slot_.value_off = pending_slot_.name_off;
@@ -106,7 +107,6 @@ void HeaderMap::AppendName(const char* data, size_t len) {
 
 void HeaderMap::AppendValue(const char* data, size_t len) {
   if (!pending_) StartPending();
-  pending_value_ = true;
   arena_.Append(data, len);
   pending_slot_.value_len += static_cast<uint32_t>(len);
 }

@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "source/common/buffer.h"
@@ -34,8 +35,14 @@ class HeaderMap {
       }
       return *this;
     }
-    Arena(Arena&&) noexcept = default;
-    Arena& operator=(Arena&&) noexcept = default;
+    Arena(Arena&& o) noexcept { *this = std::move(o); }
+    Arena& operator=(Arena&& o) noexcept {
+      data_ = std::move(o.data_);
+      size_ = o.size_;
+      cap_ = o.cap_;
+      o.size_ = o.cap_ = 0;  // empty, not a null with a capacity
+      return *this;
+    }
     const char* data() const { return data_.get(); }
     char* data() { return data_.get(); }
     size_t size() const { return size_; }
@@ -139,8 +146,7 @@ class HeaderMap {
   Arena arena_;
   std::vector<Slot> fields_;
   Slot pending_slot_{};
-  bool pending_ = false;        // a field is being built at the arena's end
-  bool pending_value_ = false;  // ... and its value has started
+  bool pending_ = false;  // a field is being built at the arena's end
 };
 
 struct RequestHead {

@@ -126,6 +126,17 @@ TEST(HeaderMapTest, CopiesAreIndependent) {
   EXPECT_EQ(*a.Get("y"), "2");
 }
 
+TEST(HeaderMapTest, AMovedFromMapIsEmptyAndUsable) {
+  HeaderMap a;
+  a.Add("x", "1");
+  HeaderMap b = std::move(a);
+  EXPECT_EQ(*b.Get("x"), "1");
+  a.Clear();
+  a.Add("y", std::string(1000, 'y'));  // grows from nothing, not from a stale capacity
+  EXPECT_EQ(a.Get("y")->size(), 1000u);
+  EXPECT_FALSE(a.Get("x"));
+}
+
 TEST(HeadersTest, AppendHeadersWritesWireForm) {
   HeaderMap h;
   h.Add("a", "1");
