@@ -96,9 +96,7 @@ class Http1Parser {
   Http1ParserCallbacks* callbacks_;
   Limits limits_;
   llhttp_t parser_;
-  HeaderMap& headers() {
-    return type_ == Type::kRequest ? request().headers : response().headers;
-  }
+  HeaderMap& headers() { return type_ == Type::kRequest ? request().headers : response().headers; }
 
   std::variant<RequestHead, ResponseHead> head_;
   bool in_trailers_ = false;

@@ -126,7 +126,8 @@ ServerConnection::~ServerConnection() {
 }
 
 void ServerConnection::OnData(Buffer&) {
-  if (!stream_active_ && config_->request_headers_timeout_ms && !(parser_ && parser_->in_message())) {
+  if (!stream_active_ && config_->request_headers_timeout_ms &&
+      !(parser_ && parser_->in_message())) {
     timer_.Enable(config_->request_headers_timeout_ms);
   } else if (!stream_active_ && config_->idle_timeout_ms && !config_->request_headers_timeout_ms) {
     timer_.Enable(config_->idle_timeout_ms);
@@ -168,14 +169,12 @@ void ServerConnection::ProcessInput() {
         auto h = std::move(handler_);
         if (h) conn_->dispatcher().DeferredDelete(std::move(h));
         close_after_response_ = true;
-        SendLocalReply(parser.error_status(), parser.error_reason() + "\n", nullptr,
-                       "text/plain");
+        SendLocalReply(parser.error_status(), parser.error_reason() + "\n", nullptr, "text/plain");
         if (stream_active_) EndStream();
         Close(true);
       } else {
         close_after_response_ = true;
-        SendLocalReply(parser.error_status(), parser.error_reason() + "\n", nullptr,
-                       "text/plain");
+        SendLocalReply(parser.error_status(), parser.error_reason() + "\n", nullptr, "text/plain");
         Close(true);
       }
       break;
@@ -197,9 +196,8 @@ void ServerConnection::ProcessInput() {
 
 void ServerConnection::UpdateReadDisable() {
   if (closed_) return;
-  bool disable = upstream_backpressure_ ||
-                 (stream_active_ && request_complete_ &&
-                  conn_->read_buffer().size() >= kMaxPipelinedBytes);
+  bool disable = upstream_backpressure_ || (stream_active_ && request_complete_ &&
+                                            conn_->read_buffer().size() >= kMaxPipelinedBytes);
   conn_->ReadDisable(disable);
 }
 
@@ -534,8 +532,8 @@ void ServerConnection::Close(bool flush) {
   // response is not destroyed by a RST.
   Connection::CloseType type = Connection::CloseType::kNoFlush;
   if (flush) {
-    bool unread_input = (stream_was_active_at_close_ && !request_complete_) ||
-                        !conn_->read_buffer().empty();
+    bool unread_input =
+        (stream_was_active_at_close_ && !request_complete_) || !conn_->read_buffer().empty();
     type = unread_input ? Connection::CloseType::kFlushWriteThenLinger
                         : Connection::CloseType::kFlushWrite;
   }

@@ -1,7 +1,7 @@
 // Connection: one non-blocking TCP socket on one worker's dispatcher, with a read buffer, a write
-// buffer, write watermarks (backpressure) and deferred deletion. Only the owning dispatcher's thread
-// touches it. Bytes move through a TransportSocket, the seam where TLS will plug in; plaintext
-// is RawTransport.
+// buffer, write watermarks (backpressure) and deferred deletion. Only the owning dispatcher's
+// thread touches it. Bytes move through a TransportSocket, the seam where TLS will plug in;
+// plaintext is RawTransport.
 //
 // Ownership: the creator owns the Connection through unique_ptr and must hand it to
 // Dispatcher::DeferredDelete (never delete it inside one of its own callbacks).
@@ -143,7 +143,7 @@ class Connection : public DeferredDeletable, public Flushable {
   bool want_splice_read_ : 1;
   bool want_splice_write_ : 1;
   bool linger_after_flush_ : 1;
-  bool self_owned_ : 1;  // released by its owner while closing; frees itself when closed
+  bool self_owned_ : 1;   // released by its owner while closing; frees itself when closed
   bool peer_closed_ : 1;  // the peer shut down its side (reads go on until end of stream)
   ConnectionCallbacks* callbacks_ = nullptr;
   // RawTransport's shared instance (it has no state); TLS will own a per-connection one.

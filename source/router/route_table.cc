@@ -514,8 +514,8 @@ const WeightedTarget& RouteEntry::PickWeighted(uint64_t random) const {
 }
 
 std::string RouteEntry::RedirectLocation(const RequestHead& req, bool downstream_tls) const {
-  std::string scheme = redirect_scheme.empty() ? (downstream_tls ? "https" : "http")
-                                               : redirect_scheme;
+  std::string scheme =
+      redirect_scheme.empty() ? (downstream_tls ? "https" : "http") : redirect_scheme;
   std::string host = redirect_host.empty() ? std::string(StripPort(req.host)) : redirect_host;
   std::string port;
   if (redirect_port) {
@@ -537,7 +537,8 @@ std::string RouteEntry::RedirectLocation(const RequestHead& req, bool downstream
     if (new_path.find('?') != std::string::npos) query = std::string_view();
   } else if (!redirect_prefix.empty() || path_kind == PathKind::kPrefix) {
     if (!redirect_prefix.empty() && path_kind == PathKind::kPrefix) {
-      new_path = absl::StrCat(redirect_prefix, A(path.substr(std::min(path.size(), path_value.size()))));
+      new_path =
+          absl::StrCat(redirect_prefix, A(path.substr(std::min(path.size(), path_value.size()))));
     } else {
       new_path = std::string(path);
     }
@@ -548,8 +549,8 @@ std::string RouteEntry::RedirectLocation(const RequestHead& req, bool downstream
   return absl::StrCat(scheme, "://", host, port, new_path, A(query));
 }
 
-absl::StatusOr<std::shared_ptr<const RouteTable>> RouteTable::Create(const RouteConfiguration& config,
-                                                                     const std::string& path) {
+absl::StatusOr<std::shared_ptr<const RouteTable>> RouteTable::Create(
+    const RouteConfiguration& config, const std::string& path) {
   std::shared_ptr<RouteTable> t(new RouteTable());
   t->name_ = config.name();
   t->path_ = path;
@@ -576,7 +577,8 @@ absl::StatusOr<std::shared_ptr<const RouteTable>> RouteTable::Create(const Route
       return Err(FieldPath(vp, "name"),
                  absl::StrCat("duplicate virtual host name '", vh.name(), "'"));
     }
-    if (vh.domains_size() == 0) return Err(FieldPath(vp, "domains"), "at least one domain is required");
+    if (vh.domains_size() == 0)
+      return Err(FieldPath(vp, "domains"), "at least one domain is required");
     auto vreq = BuildHeaderOps(vh.request_headers_to_add(), vh.request_headers_to_remove(), vp,
                                "request_headers_to_add", "request_headers_to_remove");
     if (!vreq.ok()) return vreq.status();
@@ -599,9 +601,9 @@ absl::StatusOr<std::shared_ptr<const RouteTable>> RouteTable::Create(const Route
       auto rreq = BuildHeaderOps(route.request_headers_to_add(), route.request_headers_to_remove(),
                                  rp, "request_headers_to_add", "request_headers_to_remove");
       if (!rreq.ok()) return rreq.status();
-      auto rresp = BuildHeaderOps(route.response_headers_to_add(),
-                                  route.response_headers_to_remove(), rp,
-                                  "response_headers_to_add", "response_headers_to_remove");
+      auto rresp =
+          BuildHeaderOps(route.response_headers_to_add(), route.response_headers_to_remove(), rp,
+                         "response_headers_to_add", "response_headers_to_remove");
       if (!rresp.ok()) return rresp.status();
       re.request_ops = std::move(*rreq);
       re.response_ops = std::move(*rresp);
@@ -621,7 +623,8 @@ absl::StatusOr<std::shared_ptr<const RouteTable>> RouteTable::Create(const Route
       } else if (domain[0] == '*') {
         if (!t->suffix_[domain.size() - 1].emplace(domain.substr(1), raw).second) return dup();
       } else if (domain.back() == '*') {
-        if (!t->prefix_[domain.size() - 1].emplace(domain.substr(0, domain.size() - 1), raw)
+        if (!t->prefix_[domain.size() - 1]
+                 .emplace(domain.substr(0, domain.size() - 1), raw)
                  .second) {
           return dup();
         }

@@ -100,8 +100,7 @@ void RouterStream::OnRequestHeaders(RequestHead& head, bool end_stream) {
         vhost_->response_ops.Apply(extra);
         routes_->response_ops().Apply(extra);
       }
-      encoder_.SendLocalReply(route_->direct_status, route_->direct_body, &extra,
-                              "text/plain");
+      encoder_.SendLocalReply(route_->direct_status, route_->direct_body, &extra, "text/plain");
       return;
     }
     case RouteEntry::Action::kRedirect: {
@@ -200,7 +199,8 @@ void RouterStream::RewriteRequest(RequestHead& head, const VirtualHostEntry& vh,
       size_t q = head.path.find('?');
       matched = q == std::string::npos ? head.path.size() : q;
     }
-    head.path = absl::StrCat(route_->prefix_rewrite, head.path.substr(std::min(matched, head.path.size())));
+    head.path =
+        absl::StrCat(route_->prefix_rewrite, head.path.substr(std::min(matched, head.path.size())));
   }
   if (!route_->host_rewrite_literal.empty()) {
     head.host = route_->host_rewrite_literal;
@@ -415,8 +415,10 @@ void RemoveHopByHopHeaders(HeaderMap& headers) {
       size_t comma = rest.find(',');
       std::string_view token = rest.substr(0, comma);
       rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-      while (!token.empty() && (token.front() == ' ' || token.front() == '\t')) token.remove_prefix(1);
-      while (!token.empty() && (token.back() == ' ' || token.back() == '\t')) token.remove_suffix(1);
+      while (!token.empty() && (token.front() == ' ' || token.front() == '\t'))
+        token.remove_prefix(1);
+      while (!token.empty() && (token.back() == ' ' || token.back() == '\t'))
+        token.remove_suffix(1);
       if (token.empty() || EqualsIgnoreCase(token, "close") ||
           EqualsIgnoreCase(token, "keep-alive")) {
         continue;

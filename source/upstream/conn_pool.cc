@@ -237,7 +237,8 @@ void UpstreamClient::OnEvent(ConnectionEvent event) {
     case ConnectionEvent::kConnectFailed: {
       state_ = State::kClosed;
       timer_->Disable();
-      pool_.OnConnectFailed(this, PoolFailure::kConnectFailure, "connection refused or unreachable");
+      pool_.OnConnectFailed(this, PoolFailure::kConnectFailure,
+                            "connection refused or unreachable");
       return;
     }
     case ConnectionEvent::kRemoteClose:

@@ -170,6 +170,16 @@ TEST(DispatcherTest, FileEventsAndDeferredDelete) {
   close(fds[1]);
 }
 
+// A connected pair of non-blocking UNIX stream sockets, closed when it goes out of scope.
+struct SocketPair {
+  SocketPair() { EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, fds), 0); }
+  ~SocketPair() {
+    close(fds[0]);
+    close(fds[1]);
+  }
+  int fds[2] = {-1, -1};
+};
+
 // Runs the loop for `iterations` non-blocking passes (RunUntil with a condition that never holds
 // would wait; each pass here polls once).
 void Spin(Dispatcher& d, int iterations) {
@@ -180,14 +190,14 @@ void Spin(Dispatcher& d, int iterations) {
 // Level-triggered readiness is reported at every pass while the socket is unread; edge-triggered
 // readiness once, until interest is turned on again (a re-arm) or the owner activates itself.
 TEST(DispatcherTest, EdgeTriggeredReportsOnceUntilReArmedOrActivated) {
+  SocketPair level_pair, edge_pair;
+  int* level_fds = level_pair.fds;
+  int* edge_fds = edge_pair.fds;
   Dispatcher d("t");
-  int level_fds[2], edge_fds[2];
-  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, level_fds), 0);
-  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, edge_fds), 0);
   int level_calls = 0, edge_calls = 0;
   std::vector<uint32_t> edge_events;
-  auto level = d.CreateFileEvent(level_fds[0], [&](uint32_t) { ++level_calls; },
-                                 FileEvent::kRead);
+  auto level = d.CreateFileEvent(
+      level_fds[0], [&](uint32_t) { ++level_calls; }, FileEvent::kRead);
   auto edge = d.CreateFileEvent(
       edge_fds[0],
       [&](uint32_t ev) {
@@ -216,29 +226,24 @@ TEST(DispatcherTest, EdgeTriggeredReportsOnceUntilReArmedOrActivated) {
   ASSERT_EQ(write(edge_fds[1], "y", 1), 1);
   Spin(d, 5);
   EXPECT_EQ(edge_calls, 4);
-  level.reset();
-  edge.reset();
-  for (int fd : {level_fds[0], level_fds[1], edge_fds[0], edge_fds[1]}) close(fd);
 }
 
 // An event that activates itself from its callback runs once per pass, not in a loop within one
 // pass; and an activation is dropped when the event is unregistered before it runs.
 TEST(DispatcherTest, ActivationRunsOncePerPassAndDiesWithItsEvent) {
+  SocketPair self_pair, victim_pair;
   Dispatcher d("t");
-  int fds[2], other[2];
-  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, fds), 0);
-  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, other), 0);
   int self_calls = 0, victim_calls = 0;
   std::unique_ptr<FileEvent> self, victim;
   self = d.CreateFileEvent(
-      fds[0],
+      self_pair.fds[0],
       [&](uint32_t) {
         ++self_calls;
         if (self_calls < 3) self->Activate(FileEvent::kRead);
       },
       0, FileEvent::Trigger::kEdge);
-  victim = d.CreateFileEvent(other[0], [&](uint32_t) { ++victim_calls; }, 0,
-                             FileEvent::Trigger::kEdge);
+  victim = d.CreateFileEvent(
+      victim_pair.fds[0], [&](uint32_t) { ++victim_calls; }, 0, FileEvent::Trigger::kEdge);
   self->Activate(FileEvent::kRead);
   victim->Activate(FileEvent::kRead);
   victim->Unregister();
@@ -250,7 +255,6 @@ TEST(DispatcherTest, ActivationRunsOncePerPassAndDiesWithItsEvent) {
   EXPECT_EQ(victim_calls, 0);
   self.reset();
   victim.reset();
-  for (int fd : {fds[0], fds[1], other[0], other[1]}) close(fd);
 }
 
 // Batching (SetBatchWait): below kBatchMinPending, or with batching off, the loop never takes
