@@ -1,5 +1,7 @@
 #include "source/common/random.h"
 
+#include <cstring>
+
 namespace rpx {
 
 Random::Random(uint64_t seed) {
@@ -20,16 +22,38 @@ std::string Random::Uuid() {
 }
 
 void Random::Uuid(char out[kUuidSize]) {
-  static const char kHex[] = "0123456789abcdef";
+  // Two hex digits per byte from one table.
+  static const struct Pairs {
+    char c[256][2];
+    Pairs() {
+      static const char kHex[] = "0123456789abcdef";
+      for (int i = 0; i < 256; ++i) {
+        c[i][0] = kHex[i >> 4];
+        c[i][1] = kHex[i & 0xf];
+      }
+    }
+  } kPairs;
   uint64_t a = Next(), b = Next();
   a = (a & 0xffffffffffff0fffULL) | 0x0000000000004000ULL;  // version 4
   b = (b & 0x3fffffffffffffffULL) | 0x8000000000000000ULL;  // variant 10
-  // xxxxxxxx-xxxx-4xxx-yxxx-xxxxxxxxxxxx, from the high nibble down; one branch-free pass.
-  static constexpr int kPos[32] = {0,  1,  2,  3,  4,  5,  6,  7,  9,  10, 11, 12, 14, 15, 16, 17,
-                                   19, 20, 21, 22, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35};
-  for (int i = 0; i < 16; ++i) out[kPos[i]] = kHex[(a >> (60 - 4 * i)) & 0xf];
-  for (int i = 0; i < 16; ++i) out[kPos[16 + i]] = kHex[(b >> (60 - 4 * i)) & 0xf];
-  out[8] = out[13] = out[18] = out[23] = '-';
+  // xxxxxxxx-xxxx-4xxx-yxxx-xxxxxxxxxxxx from the high byte down: the dashes fall between
+  // bytes, so each byte is one two-digit copy.
+  char* o = out;
+  auto bytes = [&](uint64_t v, int from, int to) {
+    for (int i = from; i < to; ++i) {
+      memcpy(o, kPairs.c[(v >> (56 - 8 * i)) & 0xff], 2);
+      o += 2;
+    }
+  };
+  bytes(a, 0, 4);
+  *o++ = '-';
+  bytes(a, 4, 6);
+  *o++ = '-';
+  bytes(a, 6, 8);
+  *o++ = '-';
+  bytes(b, 0, 2);
+  *o++ = '-';
+  bytes(b, 2, 8);
 }
 
 }  // namespace rpx

@@ -164,8 +164,9 @@ void ResponseHead::Clear() {
   content_length = 0;
 }
 
-void AppendHeaders(Buffer& out, const HeaderMap& headers) {
+void AppendHeaders(Buffer& out, const HeaderMap& headers, std::string_view skip) {
   for (const HeaderMap::Field f : headers) {
+    if (!skip.empty() && f.name == skip) continue;
     // One reservation per field instead of four appends' worth of checks.
     size_t n = f.name.size() + f.value.size() + 4;
     char* p = out.Reserve(n);

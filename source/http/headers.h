@@ -180,8 +180,9 @@ struct ResponseHead {
   void Clear();
 };
 
-// Appends "name: value\r\n" for every header (HTTP/1 wire form).
-void AppendHeaders(Buffer& out, const HeaderMap& headers);
+// Appends "name: value\r\n" for every header (HTTP/1 wire form), but those named `skip` (a
+// header the caller writes itself).
+void AppendHeaders(Buffer& out, const HeaderMap& headers, std::string_view skip = {});
 
 // Lower-cases ASCII in place.
 void ToLowerAscii(std::string* s);

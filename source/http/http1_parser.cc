@@ -171,12 +171,6 @@ int Http1Parser::OnHeaderField(llhttp_t* p, const char* at, size_t len) {
   return 0;
 }
 
-char Http1Parser::Before(const char* at, int k) const {
-  ptrdiff_t back = at - exec_begin_;
-  if (back >= k) return at[-k];
-  return prev_tail_[2 - (k - back)];  // k - back is 1 or 2
-}
-
 int Http1Parser::OnHeaderValue(llhttp_t* p, const char* at, size_t len) {
   Http1Parser* self = Self(p);
   // A value span that starts right after CRLF and whitespace is a folded continuation (obs-fold),

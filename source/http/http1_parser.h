@@ -86,7 +86,11 @@ class Http1Parser {
   int Fail(int status, const char* reason);
   // The byte `k` (1 or 2) positions before `at` in the stream, looking back into the previous
   // Execute call's data when needed.
-  char Before(const char* at, int k) const;
+  char Before(const char* at, int k) const {
+    ptrdiff_t back = at - exec_begin_;
+    if (back >= k) return at[-k];
+    return prev_tail_[2 - (k - back)];  // k - back is 1 or 2
+  }
   int HeadersTooLarge();
   bool AddHeaderBytes(size_t n);
 

@@ -285,15 +285,20 @@ void ServerConnection::EncodeHeaders(ResponseHead& head, bool end_stream) {
   AppendStatusLine(out, head.status, head.reason);
   switch (config_->server_header) {
     case HttpConfig::ServerHeader::kOverwrite:
-      head.headers.Set("server", config_->server_name);
+      // Written here, last, instead of the upstream's (what a Set would give, without the copy).
+      AppendHeaders(out, head.headers, "server");
+      out.Append("server: ", 8);
+      out.Append(config_->server_name);
+      out.Append("\r\n", 2);
       break;
     case HttpConfig::ServerHeader::kAppendIfAbsent:
       if (!head.headers.Get("server")) head.headers.Add("server", config_->server_name);
+      AppendHeaders(out, head.headers);
       break;
     case HttpConfig::ServerHeader::kPassThrough:
+      AppendHeaders(out, head.headers);
       break;
   }
-  AppendHeaders(out, head.headers);
   if (head.has_content_length && !(StatusHasNoBody(head.status) && head.status != 304)) {
     out.Append("content-length: ", 16);
     out.AppendDecimal(head.content_length);

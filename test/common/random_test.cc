@@ -1,5 +1,6 @@
 #include "source/common/random.h"
 
+#include <cstdio>
 #include <set>
 
 #include "gtest/gtest.h"
@@ -18,6 +19,26 @@ TEST(RandomTest, UuidIsVersion4AndUnique) {
     EXPECT_EQ(u[14], '4');
     EXPECT_TRUE(u[19] == '8' || u[19] == '9' || u[19] == 'a' || u[19] == 'b') << u;
     EXPECT_TRUE(seen.insert(u).second);
+  }
+}
+
+// The 32 digits are the two random words (version and variant bits set), high digit first.
+TEST(RandomTest, UuidDigitsAreTheRandomWords) {
+  for (uint64_t seed : {1u, 7u, 12345u}) {
+    Random r(seed), same(seed);
+    char want[64];
+    for (int i = 0; i < 100; ++i) {
+      uint64_t a = same.Next(), b = same.Next();
+      a = (a & 0xffffffffffff0fffULL) | 0x0000000000004000ULL;
+      b = (b & 0x3fffffffffffffffULL) | 0x8000000000000000ULL;
+      snprintf(want, sizeof(want), "%08llx-%04llx-%04llx-%04llx-%012llx",
+               static_cast<unsigned long long>(a >> 32),
+               static_cast<unsigned long long>((a >> 16) & 0xffff),
+               static_cast<unsigned long long>(a & 0xffff),
+               static_cast<unsigned long long>(b >> 48),
+               static_cast<unsigned long long>(b & 0xffffffffffffULL));
+      ASSERT_EQ(r.Uuid(), want);
+    }
   }
 }
 

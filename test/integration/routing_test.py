@@ -284,5 +284,36 @@ class RouteFeaturesTest(IntegrationTestCase):
         self.assertEqual(self.a.request_count(), 0)
 
 
+class ServerHeaderTest(IntegrationTestCase):
+    """server_header_transformation, as Envoy: OVERWRITE (the default) replaces the upstream's
+    Server header with server_name, APPEND_IF_ABSENT keeps the upstream's, PASS_THROUGH leaves it
+    alone. The upstream (the echo server) always sends its own."""
+
+    def test_each_transformation(self):
+        up = self.start_echo("A")
+        modes = {"OVERWRITE": free_port(), "APPEND_IF_ABSENT": free_port(),
+                 "PASS_THROUGH": free_port(), "default": free_port()}
+        listeners = []
+        for mode, port in modes.items():
+            extra = {"server_name": "edge"}
+            if mode != "default":
+                extra["server_header_transformation"] = mode
+            listeners.append(http_listener(mode.lower(), port, [virtual_host("v", ["*"], [
+                route("/", "A")])], hcm_extra=extra))
+        self.start_rpx(bootstrap(listeners, [cluster("A", up.port)]))
+
+        def servers(mode):
+            r = curl("http://127.0.0.1:%d/x" % modes[mode])
+            self.assertEqual(r.status, 200, r)
+            return [v for k, v in r.header_list if k == "server"]
+
+        self.assertEqual(servers("OVERWRITE"), ["edge"])
+        self.assertEqual(servers("default"), ["edge"])
+        upstream_says = servers("PASS_THROUGH")
+        self.assertEqual(len(upstream_says), 1, upstream_says)
+        self.assertTrue(upstream_says[0].startswith("echo-upstream"), upstream_says)
+        self.assertEqual(servers("APPEND_IF_ABSENT"), upstream_says)
+
+
 if __name__ == "__main__":
     unittest.main()
