@@ -81,25 +81,36 @@ void HeaderMap::StartPending() {
   pending_slot_.value_len = 0;
 }
 
+namespace {
+// 'A'..'Z' gain 0x20 in each of the 8 bytes (SWAR; bytes >= 0x80 are left alone).
+inline uint64_t LowerWord(uint64_t x) {
+  uint64_t low7 = x & 0x7f7f7f7f7f7f7f7fULL;
+  uint64_t ge_a = low7 + 0x3f3f3f3f3f3f3f3fULL;  // bit 7 set where the byte >= 'A'
+  uint64_t gt_z = low7 + 0x2525252525252525ULL;  // ... where it > 'Z'
+  return x | (((ge_a ^ gt_z) & ~x & 0x8080808080808080ULL) >> 2);
+}
+}  // namespace
+
 void HeaderMap::AppendName(const char* data, size_t len) {
   if (!pending_) StartPending();
   char* out = arena_.Extend(len);
-  // Lower-cased 8 bytes at a time: each byte in 'A'..'Z' gains 0x20 (SWAR; bytes >= 0x80 are
-  // left alone).
-  size_t i = 0;
-  for (; i + 8 <= len; i += 8) {
-    uint64_t x;
-    memcpy(&x, data + i, 8);
-    uint64_t low7 = x & 0x7f7f7f7f7f7f7f7fULL;
-    uint64_t ge_a = low7 + 0x3f3f3f3f3f3f3f3fULL;  // bit 7 set where the byte >= 'A'
-    uint64_t gt_z = low7 + 0x2525252525252525ULL;  // ... where it > 'Z'
-    uint64_t upper = (ge_a ^ gt_z) & ~x & 0x8080808080808080ULL;
-    x |= upper >> 2;
-    memcpy(out + i, &x, 8);
-  }
-  for (; i < len; ++i) {
-    char c = data[i];
-    out[i] = static_cast<unsigned char>(c - 'A') < 26 ? static_cast<char>(c + ('a' - 'A')) : c;
+  // Lower-cased 8 bytes at a time; the last word overlaps the one before it (lower-casing twice
+  // changes nothing), and a name shorter than a word goes through a padded copy.
+  uint64_t x;
+  if (len >= 8) {
+    for (size_t i = 0; i + 8 <= len; i += 8) {
+      memcpy(&x, data + i, 8);
+      x = LowerWord(x);
+      memcpy(out + i, &x, 8);
+    }
+    memcpy(&x, data + len - 8, 8);
+    x = LowerWord(x);
+    memcpy(out + len - 8, &x, 8);
+  } else if (len > 0) {
+    x = 0;
+    memcpy(&x, data, len);
+    x = LowerWord(x);
+    memcpy(out, &x, len);
   }
   pending_slot_.name_len = static_cast<uint32_t>(arena_.size() - pending_slot_.name_off);
   pending_slot_.value_off = static_cast<uint32_t>(arena_.size());
