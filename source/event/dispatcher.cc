@@ -87,10 +87,7 @@ void FileEvent::SetTrigger(Trigger trigger) {
   bool edge = trigger == Trigger::kEdge;
   if (edge == edge_ || fd_ < 0) return;
   edge_ = edge;
-  struct epoll_event ev;
-  ev.events = ToEpoll(interest_, edge_);
-  ev.data.ptr = this;
-  epoll_ctl(dispatcher_.epoll_fd_, EPOLL_CTL_MOD, fd_, &ev);
+  Modify();
 }
 
 void FileEvent::SetInterest(uint32_t interest) {
@@ -98,8 +95,12 @@ void FileEvent::SetInterest(uint32_t interest) {
   // descriptor again and reports it if it is ready, so nothing that arrived meanwhile is missed.
   if (interest == interest_ || fd_ < 0) return;
   interest_ = static_cast<uint16_t>(interest);
+  Modify();
+}
+
+void FileEvent::Modify() {
   struct epoll_event ev;
-  ev.events = ToEpoll(interest, edge_);
+  ev.events = ToEpoll(interest_, edge_);
   ev.data.ptr = this;
   epoll_ctl(dispatcher_.epoll_fd_, EPOLL_CTL_MOD, fd_, &ev);
 }

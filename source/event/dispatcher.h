@@ -69,6 +69,8 @@ class FileEvent {
 
  private:
   friend class Dispatcher;
+  void Modify();  // EPOLL_CTL_MOD with the current interest and trigger
+
   Dispatcher& dispatcher_;
   int fd_;
   uint16_t interest_;

@@ -5,20 +5,6 @@
 
 namespace rpx {
 
-namespace {
-constexpr char kLower[256] = {
-#define R(i) static_cast<char>((i) >= 'A' && (i) <= 'Z' ? (i) + 32 : (i))
-#define R4(i) R(i), R(i + 1), R(i + 2), R(i + 3)
-#define R16(i) R4(i), R4(i + 4), R4(i + 8), R4(i + 12)
-#define R64(i) R16(i), R16(i + 16), R16(i + 32), R16(i + 48)
-    R64(0), R64(64), R64(128), R64(192)
-#undef R64
-#undef R16
-#undef R4
-#undef R
-};
-}  // namespace
-
 void HeaderMap::Arena::Grow(size_t n) {
   size_t cap = std::max<size_t>({cap_ * 2, size_ + n, 256});
   std::unique_ptr<char[]> grown(new char[cap]);
@@ -60,13 +46,10 @@ void HeaderMap::Add(std::string_view name, std::string_view value) {
 }
 
 void HeaderMap::Set(std::string_view name, std::string_view value) {
-  // Add first: `value` may be a view of a field that Remove is about to drop (its bytes stay in
-  // the arena, so the view stays valid, but not the other way round once Add grows the arena).
+  // Remove only drops slots and leaves the arena alone, so views into a removed field stay valid
+  // for Add (which keeps views into the arena valid across its growth).
+  Remove(name);
   Add(name, value);
-  Slot added = fields_.back();
-  fields_.pop_back();
-  Remove(std::string_view(arena_.data() + added.name_off, added.name_len));
-  fields_.push_back(added);
 }
 
 int HeaderMap::Remove(std::string_view name) {
@@ -194,7 +177,9 @@ void AppendHeaders(Buffer& out, const HeaderMap& headers, std::string_view skip)
 }
 
 void ToLowerAscii(std::string* s) {
-  for (char& c : *s) c = kLower[static_cast<unsigned char>(c)];
+  for (char& c : *s) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c + ('a' - 'A'));
+  }
 }
 
 bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
@@ -209,74 +194,43 @@ bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
 }
 
 const char* ReasonPhrase(int status) {
+  // clang-format off
   switch (status) {
-    case 100:
-      return "Continue";
-    case 101:
-      return "Switching Protocols";
-    case 200:
-      return "OK";
-    case 201:
-      return "Created";
-    case 202:
-      return "Accepted";
-    case 204:
-      return "No Content";
-    case 206:
-      return "Partial Content";
-    case 301:
-      return "Moved Permanently";
-    case 302:
-      return "Found";
-    case 303:
-      return "See Other";
-    case 304:
-      return "Not Modified";
-    case 307:
-      return "Temporary Redirect";
-    case 308:
-      return "Permanent Redirect";
-    case 400:
-      return "Bad Request";
-    case 401:
-      return "Unauthorized";
-    case 403:
-      return "Forbidden";
-    case 404:
-      return "Not Found";
-    case 405:
-      return "Method Not Allowed";
-    case 408:
-      return "Request Timeout";
-    case 411:
-      return "Length Required";
-    case 413:
-      return "Payload Too Large";
-    case 414:
-      return "URI Too Long";
-    case 417:
-      return "Expectation Failed";
-    case 426:
-      return "Upgrade Required";
-    case 429:
-      return "Too Many Requests";
-    case 431:
-      return "Request Header Fields Too Large";
-    case 500:
-      return "Internal Server Error";
-    case 501:
-      return "Not Implemented";
-    case 502:
-      return "Bad Gateway";
-    case 503:
-      return "Service Unavailable";
-    case 504:
-      return "Gateway Timeout";
-    case 505:
-      return "HTTP Version Not Supported";
-    default:
-      return "Unknown";
+    case 100: return "Continue";
+    case 101: return "Switching Protocols";
+    case 200: return "OK";
+    case 201: return "Created";
+    case 202: return "Accepted";
+    case 204: return "No Content";
+    case 206: return "Partial Content";
+    case 301: return "Moved Permanently";
+    case 302: return "Found";
+    case 303: return "See Other";
+    case 304: return "Not Modified";
+    case 307: return "Temporary Redirect";
+    case 308: return "Permanent Redirect";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
+    case 411: return "Length Required";
+    case 413: return "Payload Too Large";
+    case 414: return "URI Too Long";
+    case 417: return "Expectation Failed";
+    case 426: return "Upgrade Required";
+    case 429: return "Too Many Requests";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
+    case 502: return "Bad Gateway";
+    case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
+    case 505: return "HTTP Version Not Supported";
+    default: return "Unknown";
   }
+  // clang-format on
 }
 
 }  // namespace rpx

@@ -90,7 +90,6 @@ class Connection : public DeferredDeletable, public Flushable {
   bool closed() const { return state_ == State::kClosed; }
   // The peer has shut down its sending side (seen in a readiness report): from then on a short
   // read does not mean the socket is drained, since the end of the stream is still to be read.
-  bool peer_closed() const { return peer_closed_; }
   bool open() const { return state_ == State::kOpen; }
 
   // Splicing: while a source handler is set, read readiness goes to it and the socket is not read
