@@ -153,9 +153,9 @@ class DeferredDeletable {
   virtual ~DeferredDeletable() = default;
 };
 
-// Something with buffered output that the loop flushes after each event it handles, so the writes
-// one event causes (a response's headers and body) leave in one syscall, without waiting for the
-// rest of the batch.
+// Something with buffered output that the loop flushes after every kFlushEvents events of a batch
+// and at its end, so the writes one event causes (a response's headers and body) leave in one
+// syscall, and the writes of neighbouring events reach their peers together.
 class Flushable {
  public:
   virtual ~Flushable() = default;
@@ -203,6 +203,8 @@ class Dispatcher {
   // batching off. Every wait is bounded: at most kBatchMaxSleeps * us before the loop blocks.
   static constexpr int kBatchMinPending = 8;
   static constexpr int kBatchMaxSleeps = 10;
+  // Scheduled writes run after this many events of an epoll batch, and at the end of the batch.
+  static constexpr int kFlushEvents = 64;
   void SetBatchWait(uint32_t us) { batch_wait_us_ = us; }
   // Read batching: the sockets that one epoll batch reports readable are read together, in one
   // io_uring_enter(2) (IoRing), before their events run; each owner then finds its bytes already

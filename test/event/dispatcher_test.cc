@@ -330,5 +330,46 @@ TEST(DispatcherTest, BatchingLoopHandlesEveryArrival) {
   close(fds[1]);
 }
 
+// An epoll batch's writes go out after every kFlushEvents events and at the end of the batch, not
+// after each event (fewer wake-ups of the peers) and not only at the end (a big batch would hold
+// its first responses back).
+TEST(DispatcherTest, ScheduledFlushesRunEveryKFlushEventsAndAtTheEndOfTheBatch) {
+  constexpr int kReady = Dispatcher::kFlushEvents + 36;  // one epoll batch holds up to 256
+  Dispatcher d("t");
+  struct Recorder : Flushable {
+    Recorder(int* h, std::vector<int>* s) : handled(h), seen(s) {}
+    void Flush() override { seen->push_back(*handled); }
+    int* handled;
+    std::vector<int>* seen;  // how many events had run when each flush ran
+  };
+  int handled = 0;
+  std::vector<int> seen;
+  std::vector<std::unique_ptr<SocketPair>> pairs;
+  std::vector<std::unique_ptr<FileEvent>> events;
+  std::vector<Recorder> recorders(kReady, Recorder(&handled, &seen));
+  for (int i = 0; i < kReady; ++i) {
+    pairs.push_back(std::make_unique<SocketPair>());
+    int fd = pairs.back()->fds[0];
+    Recorder* r = &recorders[i];
+    events.push_back(d.CreateFileEvent(
+        fd,
+        [&, fd, r](uint32_t) {
+          char buf[8];
+          while (read(fd, buf, sizeof(buf)) > 0) {
+          }
+          ++handled;
+          d.ScheduleFlush(r);
+        },
+        FileEvent::kRead));
+    ASSERT_EQ(write(pairs.back()->fds[1], "x", 1), 1);
+  }
+  ASSERT_TRUE(d.RunUntil([&] { return handled == kReady; }, 5000));
+  ASSERT_EQ(seen.size(), static_cast<size_t>(kReady));
+  // All were ready before the loop ran, so one batch took them all.
+  int first = Dispatcher::kFlushEvents;
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), first), first);
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), kReady), kReady - first);
+}
+
 }  // namespace
 }  // namespace rpx
