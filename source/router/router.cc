@@ -167,7 +167,9 @@ void RouterStream::RewriteRequest(RequestHead& head, const VirtualHostEntry& vh,
     h.Add("upgrade", head.upgrade);
   }
   const HttpConfig& config = router_.config();
-  if (!config.skip_xff_append) {
+  // As Envoy: the client's address is appended only where it is trusted as the remote address
+  // (use_remote_address); otherwise rpx sits behind another proxy and leaves its XFF alone.
+  if (config.use_remote_address && !config.skip_xff_append) {
     std::string ip = encoder_.remote_ip();
     if (auto xff = h.Get("x-forwarded-for")) {
       std::string joined;

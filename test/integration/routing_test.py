@@ -115,7 +115,8 @@ class RoutingTest(IntegrationTestCase):
 
     def test_forwarding_headers_added(self):
         rec = self.assertServedBy(self.get("/f", "a.example.com"), "A", "/f")
-        self.assertEqual(header(rec, "x-forwarded-for"), ["127.0.0.1"])
+        # Without use_remote_address (Envoy's default) XFF is not rpx's to write.
+        self.assertEqual(header(rec, "x-forwarded-for"), [])
         self.assertEqual(header(rec, "x-forwarded-proto"), ["http"])
         ids = header(rec, "x-request-id")
         self.assertEqual(len(ids), 1, rec)
@@ -128,7 +129,7 @@ class RoutingTest(IntegrationTestCase):
         r = self.get("/f", "a.example.com", "-H", "X-Forwarded-For: 10.1.2.3",
                      "-H", "X-Request-Id: my-request-id")
         rec = self.assertServedBy(r, "A", "/f")
-        self.assertEqual(header(rec, "x-forwarded-for"), ["10.1.2.3, 127.0.0.1"])
+        self.assertEqual(header(rec, "x-forwarded-for"), ["10.1.2.3"])
         self.assertEqual(header(rec, "x-request-id"), ["my-request-id"])
 
     def test_hop_by_hop_request_headers_removed(self):
@@ -313,6 +314,36 @@ class ServerHeaderTest(IntegrationTestCase):
         self.assertEqual(len(upstream_says), 1, upstream_says)
         self.assertTrue(upstream_says[0].startswith("echo-upstream"), upstream_says)
         self.assertEqual(servers("APPEND_IF_ABSENT"), upstream_says)
+
+
+class ForwardedForTest(IntegrationTestCase):
+    """x-forwarded-for and x-forwarded-proto, as Envoy: the client's address is appended only with
+    use_remote_address (the default, false, leaves XFF as the client sent it), and
+    skip_xff_append turns the appending off again; with use_remote_address x-forwarded-proto is
+    rpx's own, without it a client's value is kept."""
+
+    def test_use_remote_address_and_skip_xff_append(self):
+        up = self.start_echo("A")
+        modes = {"default": ({}, free_port()),
+                 "remote": ({"use_remote_address": True}, free_port()),
+                 "skip": ({"use_remote_address": True, "skip_xff_append": True}, free_port())}
+        listeners = [http_listener(name, port, [virtual_host("v", ["*"], [route("/", "A")])],
+                                   hcm_extra=extra) for name, (extra, port) in modes.items()]
+        self.start_rpx(bootstrap(listeners, [cluster("A", up.port)]))
+
+        def sent(mode, *args):
+            r = curl("http://127.0.0.1:%d/x" % modes[mode][1], *args)
+            self.assertEqual(r.status, 200, r)
+            rec = r.json()
+            return header(rec, "x-forwarded-for"), header(rec, "x-forwarded-proto")
+
+        client = ("-H", "X-Forwarded-For: 10.1.2.3", "-H", "X-Forwarded-Proto: https")
+        self.assertEqual(sent("default"), ([], ["http"]))
+        self.assertEqual(sent("default", *client), (["10.1.2.3"], ["https"]))
+        self.assertEqual(sent("remote"), (["127.0.0.1"], ["http"]))
+        self.assertEqual(sent("remote", *client), (["10.1.2.3, 127.0.0.1"], ["http"]))
+        self.assertEqual(sent("skip"), ([], ["http"]))
+        self.assertEqual(sent("skip", *client), (["10.1.2.3"], ["http"]))
 
 
 if __name__ == "__main__":
