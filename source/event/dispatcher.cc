@@ -263,8 +263,14 @@ void Dispatcher::RunActivated() {
 
 void Dispatcher::RunFlushes() {
   // Flushing may schedule more flushes (a write failure closing a peer); index, don't iterate.
-  for (size_t i = 0; i < flush_.size(); ++i) flush_[i]->Flush();
+  for (size_t i = 0; i < flush_.size(); ++i) {
+    if (flush_[i]) flush_[i]->Flush();
+  }
   flush_.clear();
+}
+
+void Dispatcher::CancelFlush(Flushable* f) {
+  std::replace(flush_.begin(), flush_.end(), f, static_cast<Flushable*>(nullptr));
 }
 
 void Dispatcher::EndOrphans() {
@@ -362,6 +368,9 @@ void Dispatcher::RunOnce(int max_wait_ms) {
       uint64_t v;
       ssize_t unused = read(wake_fd_, &v, sizeof(v));
       (void)unused;
+      // Posted work (configuration updates) may destroy pools and their connections: what the
+      // batch wrote so far goes out first.
+      RunFlushes();
       RunPosted();
       RunFlushes();
       continue;

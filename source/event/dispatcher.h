@@ -176,6 +176,9 @@ class Dispatcher {
   void DeferredDelete(std::unique_ptr<DeferredDeletable> obj);
   // `f` must stay alive until the end of the current batch (deferred deletion guarantees that).
   void ScheduleFlush(Flushable* f) { flush_.push_back(f); }
+  // For a Flushable destroyed before its scheduled flush ran (rare: owners are deleted deferred,
+  // after the batch's flushes; a posted task or a timer may still destroy one within the batch).
+  void CancelFlush(Flushable* f);
   // An orphan outlives its owner and frees itself later (a connection still flushing or lingering
   // when its owner went away). It must be forgotten before it frees itself; whatever is left
   // when the dispatcher shuts down is deleted then, instead of leaking.

@@ -60,6 +60,7 @@ Connection::~Connection() {
   // Deleted while still an orphan only by a dispatcher shutting down (it forgot us already).
   self_owned_ = false;
   if (state_ != State::kClosed) CloseNow(ConnectionEvent::kLocalClose, false);
+  if (flush_scheduled_) dispatcher().CancelFlush(this);
 }
 
 std::unique_ptr<Connection> Connection::Connect(Dispatcher& dispatcher, const SocketAddress& addr,

@@ -371,5 +371,20 @@ TEST(DispatcherTest, ScheduledFlushesRunEveryKFlushEventsAndAtTheEndOfTheBatch) 
   EXPECT_EQ(std::count(seen.begin(), seen.end(), kReady), kReady - first);
 }
 
+TEST(DispatcherTest, ACancelledFlushDoesNotRun) {
+  Dispatcher d("t");
+  struct Counter : Flushable {
+    void Flush() override { ++flushes; }
+    int flushes = 0;
+  };
+  Counter kept, cancelled;
+  d.ScheduleFlush(&kept);
+  d.ScheduleFlush(&cancelled);
+  d.CancelFlush(&cancelled);
+  Spin(d, 2);
+  EXPECT_EQ(kept.flushes, 1);
+  EXPECT_EQ(cancelled.flushes, 0);
+}
+
 }  // namespace
 }  // namespace rpx

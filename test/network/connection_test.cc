@@ -66,6 +66,23 @@ TEST(ConnectionTest, AnOrphanThatFinishesFlushingFreesItself) {
   close(p.peer);
 }
 
+// Writes wait for the batch's flush (every Dispatcher::kFlushEvents events); a connection its
+// owner destroys before that (a posted configuration change dropping a pool) must take its
+// scheduled flush with it, and its unsent bytes are dropped, not sent from freed memory.
+TEST(ConnectionTest, ADestroyedConnectionTakesItsScheduledFlushWithIt) {
+  TcpPair p = MakeTcpPair();
+  ASSERT_GE(p.ours, 0);
+  auto d = std::make_unique<Dispatcher>("t");
+  auto c = std::make_unique<Connection>(*d, p.ours, false, 1 << 20);
+  c->Write("unsent");
+  c.reset();
+  d->RunUntil([] { return false; }, 20);
+  EXPECT_FALSE(FdOpen(p.ours));
+  char buf[8];
+  EXPECT_EQ(recv(p.peer, buf, sizeof(buf), 0), 0);  // end of stream, none of the bytes
+  close(p.peer);
+}
+
 // Read batching: the dispatcher reads the sockets of one epoll batch in one io_uring_enter
 // before their events run. Each connection must still see exactly its own bytes and events.
 class Recorder : public ConnectionCallbacks {
