@@ -66,6 +66,37 @@ TEST(ConnectionTest, AnOrphanThatFinishesFlushingFreesItself) {
   close(p.peer);
 }
 
+// A lingering connection reads and drops at most 256 KiB per event, and then queues itself again
+// (FileEvent::Activate): edge-triggered readiness reports the data and the FIN that were already
+// there only once. Counted in loop passes, not time: without the re-queue the connection would
+// sit until its 5 s linger timer.
+TEST(ConnectionTest, ALingerDrainsMoreThanOneEventsWorthThatArrivedAtOnce) {
+  TcpPair p = MakeTcpPair();
+  ASSERT_GE(p.ours, 0);
+  int big = 4 << 20;
+  setsockopt(p.ours, SOL_SOCKET, SO_RCVBUF, &big, sizeof(big));
+  setsockopt(p.peer, SOL_SOCKET, SO_SNDBUF, &big, sizeof(big));
+  auto d = std::make_unique<Dispatcher>("t");
+  auto c = std::make_unique<Connection>(*d, p.ours, false, 1 << 20);
+  c->Close(Connection::CloseType::kFlushWriteThenLinger, false);
+  Connection::Release(std::move(c));
+  // All of it lands in our receive queue before the loop runs (loopback delivers within send).
+  std::string chunk(64 << 10, 'x');
+  size_t queued = 0;
+  while (queued < (1u << 20)) {
+    ssize_t n = send(p.peer, chunk.data(), chunk.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n <= 0) break;
+    queued += static_cast<size_t>(n);
+  }
+  ASSERT_GT(queued, 512u << 10) << "the kernel would not queue enough to need a second event";
+  ASSERT_EQ(shutdown(p.peer, SHUT_WR), 0);
+  int passes = 0;  // each blocks at most 50 ms when nothing is ready: 2.5 s, under the linger's 5
+  d->RunUntil([&] { return !FdOpen(p.ours) || ++passes > 50; }, 4000);
+  EXPECT_FALSE(FdOpen(p.ours)) << queued << " bytes queued; the linger stopped reading them";
+  d.reset();
+  close(p.peer);
+}
+
 // Writes wait for the batch's flush (every Dispatcher::kFlushEvents events); a connection its
 // owner destroys before that (a posted configuration change dropping a pool) must take its
 // scheduled flush with it, and its unsent bytes are dropped, not sent from freed memory.
