@@ -74,7 +74,10 @@ TEST(ConnectionTest, ALingerDrainsMoreThanOneEventsWorthThatArrivedAtOnce) {
   TcpPair p = MakeTcpPair();
   ASSERT_GE(p.ours, 0);
   int big = 4 << 20;
-  setsockopt(p.ours, SOL_SOCKET, SO_RCVBUF, &big, sizeof(big));
+  // FORCE needs CAP_NET_ADMIN; without it the plain option, capped at net.core.rmem_max.
+  if (setsockopt(p.ours, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof(big)) != 0) {
+    setsockopt(p.ours, SOL_SOCKET, SO_RCVBUF, &big, sizeof(big));
+  }
   setsockopt(p.peer, SOL_SOCKET, SO_SNDBUF, &big, sizeof(big));
   auto d = std::make_unique<Dispatcher>("t");
   auto c = std::make_unique<Connection>(*d, p.ours, false, 1 << 20);
@@ -88,7 +91,10 @@ TEST(ConnectionTest, ALingerDrainsMoreThanOneEventsWorthThatArrivedAtOnce) {
     if (n <= 0) break;
     queued += static_cast<size_t>(n);
   }
-  ASSERT_GT(queued, 512u << 10) << "the kernel would not queue enough to need a second event";
+  if (queued <= (300u << 10)) {
+    GTEST_SKIP() << "only " << queued << " bytes queued (net.core.rmem_max too small?): "
+                 << "one event's worth, nothing left for the re-queue to read";
+  }
   ASSERT_EQ(shutdown(p.peer, SHUT_WR), 0);
   int passes = 0;  // each blocks at most 50 ms when nothing is ready: 2.5 s, under the linger's 5
   d->RunUntil([&] { return !FdOpen(p.ours) || ++passes > 50; }, 4000);
