@@ -49,38 +49,47 @@ TEST(ConnectionTest, ADispatcherShuttingDownEndsConnectionsStillFlushingOrLinger
   close(lingering.peer);
 }
 
+// One Connection on `ours` of a loopback TCP pair, on its own dispatcher; the test drives `peer`.
+class OneConnectionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    p = MakeTcpPair();
+    ASSERT_GE(p.ours, 0);
+    d = std::make_unique<Dispatcher>("t");
+    c = std::make_unique<Connection>(*d, p.ours, false, 1 << 20);
+  }
+  void TearDown() override {
+    c.reset();
+    d.reset();
+    close(p.peer);
+  }
+  TcpPair p;
+  std::unique_ptr<Dispatcher> d;
+  std::unique_ptr<Connection> c;
+};
+
 // The usual end of an orphan: once it has flushed, it closes and frees itself while the
 // dispatcher runs, and the dispatcher no longer holds it (shutting down after that is harmless).
-TEST(ConnectionTest, AnOrphanThatFinishesFlushingFreesItself) {
-  TcpPair p = MakeTcpPair();
-  ASSERT_GE(p.ours, 0);
-  auto d = std::make_unique<Dispatcher>("t");
-  auto c = std::make_unique<Connection>(*d, p.ours, false, 1 << 20);
+TEST_F(OneConnectionTest, AnOrphanThatFinishesFlushingFreesItself) {
   c->Write("bye");
   c->Close(Connection::CloseType::kFlushWrite, false);
   Connection::Release(std::move(c));
   ASSERT_TRUE(d->RunUntil([&] { return !FdOpen(p.ours); }, 5000));
   char buf[8];
   EXPECT_EQ(recv(p.peer, buf, sizeof(buf), MSG_WAITALL), 3);
-  d.reset();
-  close(p.peer);
 }
 
 // A lingering connection reads and drops at most 256 KiB per event, and then queues itself again
 // (FileEvent::Activate): edge-triggered readiness reports the data and the FIN that were already
 // there only once. Counted in loop passes, not time: without the re-queue the connection would
 // sit until its 5 s linger timer.
-TEST(ConnectionTest, ALingerDrainsMoreThanOneEventsWorthThatArrivedAtOnce) {
-  TcpPair p = MakeTcpPair();
-  ASSERT_GE(p.ours, 0);
+TEST_F(OneConnectionTest, ALingerDrainsMoreThanOneEventsWorthThatArrivedAtOnce) {
   int big = 4 << 20;
   // FORCE needs CAP_NET_ADMIN; without it the plain option, capped at net.core.rmem_max.
   if (setsockopt(p.ours, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof(big)) != 0) {
     setsockopt(p.ours, SOL_SOCKET, SO_RCVBUF, &big, sizeof(big));
   }
   setsockopt(p.peer, SOL_SOCKET, SO_SNDBUF, &big, sizeof(big));
-  auto d = std::make_unique<Dispatcher>("t");
-  auto c = std::make_unique<Connection>(*d, p.ours, false, 1 << 20);
   c->Close(Connection::CloseType::kFlushWriteThenLinger, false);
   Connection::Release(std::move(c));
   // All of it lands in our receive queue before the loop runs (loopback delivers within send).
@@ -99,25 +108,18 @@ TEST(ConnectionTest, ALingerDrainsMoreThanOneEventsWorthThatArrivedAtOnce) {
   int passes = 0;  // each blocks at most 50 ms when nothing is ready: 2.5 s, under the linger's 5
   d->RunUntil([&] { return !FdOpen(p.ours) || ++passes > 50; }, 4000);
   EXPECT_FALSE(FdOpen(p.ours)) << queued << " bytes queued; the linger stopped reading them";
-  d.reset();
-  close(p.peer);
 }
 
 // Writes wait for the batch's flush (every Dispatcher::kFlushEvents events); a connection its
 // owner destroys before that (a posted configuration change dropping a pool) must take its
 // scheduled flush with it, and its unsent bytes are dropped, not sent from freed memory.
-TEST(ConnectionTest, ADestroyedConnectionTakesItsScheduledFlushWithIt) {
-  TcpPair p = MakeTcpPair();
-  ASSERT_GE(p.ours, 0);
-  auto d = std::make_unique<Dispatcher>("t");
-  auto c = std::make_unique<Connection>(*d, p.ours, false, 1 << 20);
+TEST_F(OneConnectionTest, ADestroyedConnectionTakesItsScheduledFlushWithIt) {
   c->Write("unsent");
   c.reset();
   d->RunUntil([] { return false; }, 20);
   EXPECT_FALSE(FdOpen(p.ours));
   char buf[8];
   EXPECT_EQ(recv(p.peer, buf, sizeof(buf), 0), 0);  // end of stream, none of the bytes
-  close(p.peer);
 }
 
 // Read batching: the dispatcher reads the sockets of one epoll batch in one io_uring_enter
