@@ -183,14 +183,21 @@ void ToLowerAscii(std::string* s) {
 }
 
 bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    char x = a[i], y = b[i];
-    if (x >= 'A' && x <= 'Z') x = x - 'A' + 'a';
-    if (y >= 'A' && y <= 'Z') y = y - 'A' + 'a';
-    if (x != y) return false;
+  // A word at a time (LowerWord folds only ASCII letters, so bytes >= 0x80 must match exactly).
+  size_t n = a.size();
+  if (n != b.size()) return false;
+  uint64_t x, y;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    memcpy(&x, a.data() + i, 8);
+    memcpy(&y, b.data() + i, 8);
+    if (LowerWord(x) != LowerWord(y)) return false;
   }
-  return true;
+  if (i == n) return true;
+  x = y = 0;
+  memcpy(&x, a.data() + i, n - i);
+  memcpy(&y, b.data() + i, n - i);
+  return LowerWord(x) == LowerWord(y);
 }
 
 const char* ReasonPhrase(int status) {

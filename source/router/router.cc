@@ -407,12 +407,21 @@ bool IsHopByHopOrFraming(std::string_view n, std::string_view value) {
 }  // namespace
 
 void RemoveHopByHopHeaders(HeaderMap& headers) {
-  // Names listed in Connection are hop-by-hop too. Usually Connection lists only close or
-  // keep-alive (nothing more to drop): the list is built only when it names something else.
+  // One pass drops the fixed names. Names listed in Connection are hop-by-hop too, but Connection
+  // usually lists only close or keep-alive: a second pass runs only when it names something else.
+  // (The views stay valid: RemoveIf moves fields, not the bytes they point at.)
+  std::vector<std::string_view> connection_values;
+  headers.RemoveIf([&](const HeaderMap::Field& f) {
+    if (!IsHopByHopOrFraming(f.name, f.value)) return false;
+    if (f.name.size() == 10 && f.name == std::string_view("connection") &&
+        !EqualsIgnoreCase(f.value, "keep-alive") && !EqualsIgnoreCase(f.value, "close")) {
+      connection_values.push_back(f.value);
+    }
+    return true;
+  });
+  if (connection_values.empty()) return;
   std::vector<std::string> listed;
-  for (const HeaderMap::Field f : headers) {
-    if (f.name.size() != 10 || f.name != std::string_view("connection")) continue;
-    std::string_view rest = f.value;
+  for (std::string_view rest : connection_values) {
     while (!rest.empty()) {
       size_t comma = rest.find(',');
       std::string_view token = rest.substr(0, comma);
@@ -430,10 +439,13 @@ void RemoveHopByHopHeaders(HeaderMap& headers) {
       listed.push_back(std::move(t));
     }
   }
+  if (listed.empty()) return;
   headers.RemoveIf([&](const HeaderMap::Field& f) {
-    bool drop = IsHopByHopOrFraming(f.name, f.value);
-    for (const auto& l : listed) drop |= (f.name == l && f.name != "te");
-    return drop;
+    if (f.name == std::string_view("te")) return false;  // "Connection: te" keeps "TE: trailers"
+    for (const auto& l : listed) {
+      if (f.name == l) return true;
+    }
+    return false;
   });
 }
 

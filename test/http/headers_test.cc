@@ -155,5 +155,26 @@ TEST(HeadersTest, Helpers) {
   EXPECT_STREQ(ReasonPhrase(504), "Gateway Timeout");
 }
 
+TEST(HeadersTest, EqualsIgnoreCaseFoldsOnlyAsciiLettersAtEveryLength) {
+  // Word-wise: lengths around 8 and 16 reach the word loop and the tail.
+  std::string lower = "x-forwarded-proto-and-more";
+  for (size_t n = 0; n <= lower.size(); ++n) {
+    std::string a = lower.substr(0, n), b = a;
+    for (char& c : b) c = (c >= 'a' && c <= 'z') ? c - 32 : c;
+    EXPECT_TRUE(EqualsIgnoreCase(a, b)) << n;
+    if (n == 0) continue;
+    for (size_t i = 0; i < n; ++i) {
+      std::string d = b;
+      d[i] = d[i] == '-' ? '_' : static_cast<char>(d[i] + 1);  // another character
+      EXPECT_FALSE(EqualsIgnoreCase(a, d)) << n << " at " << i;
+    }
+  }
+  // Only A-Z fold: '@' and '`', '[' and '{' differ by 0x20 too, and so do bytes >= 0x80.
+  EXPECT_FALSE(EqualsIgnoreCase("@", "`"));
+  EXPECT_FALSE(EqualsIgnoreCase("[", "{"));
+  EXPECT_FALSE(EqualsIgnoreCase("abcdefg\xc1", "abcdefg\xe1"));
+  EXPECT_TRUE(EqualsIgnoreCase("ABCDEFGH\xc1", "abcdefgh\xc1"));
+}
+
 }  // namespace
 }  // namespace rpx
