@@ -113,11 +113,70 @@ void Timer::Enable(uint64_t delay_ms) {
   }
   Disable();
   deadline_ = key_ = deadline;
-  dispatcher_.PushTimer(this);
+  dispatcher_.QueueTimer(this, delay_ms);
 }
 
 void Timer::Disable() {
-  if (enabled()) dispatcher_.RemoveTimer(this);
+  if (enabled()) dispatcher_.UnqueueTimer(this);
+}
+
+void Dispatcher::QueueTimer(Timer* t, uint64_t delay_ms) {
+  size_t n = timer_lists_.size();
+  size_t i = 0;
+  while (i < n && timer_lists_[i].delay != delay_ms) ++i;
+  if (i == n) {
+    // A new delay takes an empty list (its delay may never come again), else a new one, else the
+    // heap.
+    i = 0;
+    while (i < n && timer_lists_[i].head) ++i;
+    if (i < n) {
+      timer_lists_[i].delay = delay_ms;
+    } else if (n < Timer::kMaxLists) {
+      timer_lists_.push_back(TimerList{delay_ms, nullptr, nullptr});
+    } else {
+      PushTimer(t);
+      return;
+    }
+  }
+  TimerList& list = timer_lists_[i];
+  t->seq_ = next_timer_seq_++;
+  t->index_ = Timer::kInList + static_cast<uint32_t>(i);
+  t->prev_ = list.tail;
+  t->next_ = nullptr;
+  if (list.tail) {
+    list.tail->next_ = t;
+  } else {
+    list.head = t;
+  }
+  list.tail = t;
+}
+
+void Dispatcher::UnqueueTimer(Timer* t) {
+  if (t->index_ < Timer::kInList) {
+    RemoveTimer(t);
+    return;
+  }
+  TimerList& list = timer_lists_[t->index_ - Timer::kInList];
+  if (t->prev_) {
+    t->prev_->next_ = t->next_;
+  } else {
+    list.head = t->next_;
+  }
+  if (t->next_) {
+    t->next_->prev_ = t->prev_;
+  } else {
+    list.tail = t->prev_;
+  }
+  t->prev_ = t->next_ = nullptr;
+  t->index_ = Timer::kNotQueued;
+}
+
+Timer* Dispatcher::NextTimer() const {
+  Timer* next = timers_.empty() ? nullptr : timers_.front();
+  for (const TimerList& list : timer_lists_) {
+    if (list.head && (!next || Earlier(list.head, next))) next = list.head;
+  }
+  return next;
 }
 
 void Dispatcher::PushTimer(Timer* t) {
@@ -222,12 +281,11 @@ bool Dispatcher::IsThisThread() const {
 }
 
 void Dispatcher::RunTimers() {
-  while (!timers_.empty()) {
-    Timer* t = timers_.front();
+  while (Timer* t = NextTimer()) {
     if (t->key_ > now_ms_) break;
-    RemoveTimer(t);
+    UnqueueTimer(t);
     if (t->deadline_ > now_ms_) {
-      t->key_ = t->deadline_;  // pushed later while armed
+      t->key_ = t->deadline_;  // pushed later while armed (not now + a list's delay: the heap)
       PushTimer(t);
       continue;
     }
@@ -347,8 +405,8 @@ void Dispatcher::RunOnce(int max_wait_ms) {
   constexpr int kMaxEvents = static_cast<int>(kRingEntries);
   struct epoll_event events[kMaxEvents];
   int timeout = max_wait_ms;
-  if (!timers_.empty()) {
-    uint64_t next = timers_.front()->key_;
+  if (Timer* t = NextTimer()) {
+    uint64_t next = t->key_;
     int until = next > now_ms_ ? static_cast<int>(next - now_ms_) : 0;
     if (timeout < 0 || until < timeout) timeout = until;
   }

@@ -112,8 +112,10 @@ class ReadingFileEvent final : public FileEvent {
 // Dispatcher::CreateTimer with a callback, or a MemberTimer embedded in its owner.
 // Pushing an armed timer's deadline later (the common case: idle timeouts refreshed on every
 // request) only records the new deadline; the timer is re-queued when its old slot comes up, so
-// the hot path does no heap insert or erase. Timers due at the same millisecond fire in the order
-// they were queued.
+// the hot path does no heap insert or erase. Timers armed with one of a few delays in use (a
+// route's timeout, started and cancelled once per request) queue in a list per delay, in
+// deadline order by construction: arming and cancelling those is O(1) (libevent's "common
+// timeouts"). Timers due at the same millisecond fire in the order they were queued.
 class Timer {
  public:
   virtual ~Timer() { Disable(); }
@@ -130,11 +132,17 @@ class Timer {
  private:
   friend class Dispatcher;
   static constexpr uint32_t kNotQueued = UINT32_MAX;
+  // index_ from kInList on: in the dispatcher's same-delay list number index_ - kInList.
+  static constexpr uint32_t kMaxLists = 8;
+  static constexpr uint32_t kInList = kNotQueued - kMaxLists;
   Dispatcher& dispatcher_;
-  uint64_t deadline_ = 0;        // when it fires (may be later than key_: re-queued then)
-  uint64_t key_ = 0;             // the deadline it is queued under
-  uint64_t seq_ = 0;             // queueing order, for timers with the same key
-  uint32_t index_ = kNotQueued;  // position in the dispatcher's heap
+  uint64_t deadline_ = 0;  // when it fires (may be later than key_: re-queued then)
+  uint64_t key_ = 0;       // the deadline it is queued under
+  Timer* prev_ = nullptr;  // neighbours in a same-delay list
+  Timer* next_ = nullptr;
+  // Queueing order, for timers with the same key (wraps: compared as a difference).
+  uint32_t seq_ = 0;
+  uint32_t index_ = kNotQueued;  // position in the dispatcher's heap, or kInList + list
 };
 
 // A Timer that calls `(owner->*M)()`, for embedding in the owner.
@@ -237,10 +245,20 @@ class Dispatcher {
   friend class FileEvent;
   friend class Timer;
   void RunTimers();
-  // The timer queue: a binary min-heap on (key_, seq_); each timer knows its index.
+  // The timer queue: up to Timer::kMaxLists FIFO lists, one per delay (appending keeps each in
+  // deadline order, since now only grows), and a binary min-heap on (key_, seq_) for every other
+  // delay and for re-queued timers; each timer knows where it is.
+  struct TimerList {
+    uint64_t delay;
+    Timer* head;
+    Timer* tail;
+  };
   static bool Earlier(const Timer* a, const Timer* b) {
-    return a->key_ < b->key_ || (a->key_ == b->key_ && a->seq_ < b->seq_);
+    return a->key_ < b->key_ || (a->key_ == b->key_ && static_cast<int32_t>(a->seq_ - b->seq_) < 0);
   }
+  void QueueTimer(Timer* t, uint64_t delay_ms);
+  void UnqueueTimer(Timer* t);
+  Timer* NextTimer() const;  // the earliest queued, or nullptr
   void PushTimer(Timer* t);
   void RemoveTimer(Timer* t);
   void SiftUp(uint32_t i);
@@ -260,7 +278,8 @@ class Dispatcher {
   std::atomic<bool> exit_{false};
   uint64_t now_ms_ = 0;
   std::vector<Timer*> timers_;
-  uint64_t next_timer_seq_ = 0;
+  std::vector<TimerList> timer_lists_;
+  uint32_t next_timer_seq_ = 0;
   std::vector<std::unique_ptr<DeferredDeletable>> deferred_;
   std::vector<Flushable*> flush_;
   // FileEvents that Activate() queued; an entry is nulled when its event is unregistered.

@@ -80,6 +80,47 @@ TEST(DispatcherTest, SameDeadlineFiresInQueueOrder) {
   EXPECT_EQ(order, (std::vector<int>{2, 3, 1}));
 }
 
+// Timers of one delay share a list: leaving it from the head, the middle or the tail keeps the
+// rest in order, and a timer queued after that joins at the end.
+TEST(DispatcherTest, TimersOfOneDelayLeaveTheirListFromAnywhere) {
+  Dispatcher d("t");
+  std::vector<int> order;
+  std::vector<std::unique_ptr<Timer>> t;
+  for (int i = 0; i < 6; ++i) t.push_back(d.CreateTimer([&, i] { order.push_back(i); }));
+  d.UpdateTime();
+  for (int i = 0; i < 5; ++i) t[i]->Enable(10);
+  t[0]->Disable();  // head
+  t[2].reset();     // middle, destroyed
+  t[4]->Disable();  // tail
+  t[5]->Enable(10);
+  t[4]->Enable(10);  // queued again: after 5
+  ASSERT_TRUE(d.RunUntil([&] { return order.size() == 4; }, 5000));
+  d.RunUntil([] { return false; }, 20);  // nothing more fires
+  EXPECT_EQ(order, (std::vector<int>{1, 3, 5, 4}));
+  EXPECT_FALSE(t[0]->enabled());
+}
+
+// More delays than the dispatcher keeps lists for: the rest go to the heap, and all fire in
+// deadline order; an emptied list takes the next new delay.
+TEST(DispatcherTest, MoreDelaysThanListsFireInDeadlineOrder) {
+  Dispatcher d("t");
+  std::vector<int> order;
+  std::vector<std::unique_ptr<Timer>> t;
+  constexpr int kDelays = 20;
+  for (int i = 0; i < kDelays; ++i) t.push_back(d.CreateTimer([&, i] { order.push_back(i); }));
+  d.UpdateTime();
+  for (int i = 0; i < kDelays; ++i) t[i]->Enable(5 + 2 * (kDelays - i));  // latest first
+  ASSERT_TRUE(d.RunUntil([&] { return order.size() == kDelays; }, 5000));
+  std::vector<int> want;
+  for (int i = kDelays; i-- > 0;) want.push_back(i);
+  EXPECT_EQ(order, want);
+  // Every list is empty now: new delays reuse them.
+  order.clear();
+  for (int i = 0; i < kDelays; ++i) t[i]->Enable(3 + (kDelays - i));
+  ASSERT_TRUE(d.RunUntil([&] { return order.size() == kDelays; }, 5000));
+  EXPECT_EQ(order, want);
+}
+
 // Many timers armed, re-armed (earlier and later), disabled and destroyed at random: each armed
 // one fires exactly once, in deadline order (a timer pushed later must not fire at its old slot).
 TEST(DispatcherTest, ManyTimersFireInDeadlineOrder) {
