@@ -53,7 +53,8 @@ PROTO_SRCS=()
 case "$TARGET" in
   http1_request_fuzz)
     SRCS=("${COMMON_SRCS[@]}" source/http/http1_parser.cc source/http/server_connection.cc
-          source/network/connection.cc source/network/address.cc source/event/dispatcher.cc)
+          source/network/connection.cc source/network/address.cc source/event/dispatcher.cc
+          source/event/io_ring.cc)
     PKGS=(absl_strings absl_str_format absl_status absl_statusor)
     ;;
   http1_response_fuzz)

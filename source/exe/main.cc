@@ -9,6 +9,7 @@
 #include <string>
 
 #include "source/common/logger.h"
+#include "source/http/http1_parser.h"
 #include "source/network/splice.h"
 #include "source/server/server.h"
 
@@ -50,6 +51,7 @@ void Usage(FILE* out) {
           "  --service-cluster NAME   node cluster (overrides node.cluster)\n"
           "  --drain-time-s N         seconds a removed listener's connections may finish (5)\n"
           "  --disable-splice         copy large bodies through userspace instead of splice(2)\n"
+          "  --disable-fast-parse     parse every HTTP/1 head with llhttp (no fast path)\n"
           "  --batch-wait-us N        with requests in flight, an idle worker sleeps N us (up to\n"
           "                           10 times) before blocking, to handle arrivals in batches\n"
           "                           instead of being woken for each (default 20; 0: off)\n"
@@ -140,6 +142,8 @@ int main(int argc, char** argv) {
       options.read_batching = false;
     } else if (arg == "--disable-splice") {
       rpx::Splicer::SetEnabled(false);
+    } else if (arg == "--disable-fast-parse") {
+      rpx::Http1Parser::SetFastPathEnabled(false);
     } else if (arg == "--version") {
       printf("rpx version 0.1.0\n");
       return 0;

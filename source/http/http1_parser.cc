@@ -1,7 +1,13 @@
 #include "source/http/http1_parser.h"
 
+#include <algorithm>
 #include <cstring>
+#include <string_view>
 #include <vector>
+
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 namespace rpx {
 namespace {
@@ -39,7 +45,54 @@ std::string AuthorityFromAbsoluteUrl(const std::string& url) {
   size_t end = url.find_first_of("/?#", start);
   return url.substr(start, end == std::string::npos ? std::string::npos : end - start);
 }
+
+bool fast_path_enabled = true;
+
+// Byte classes for the fast path: a header name's token characters (RFC 9110 5.6.2), what it
+// accepts in a request target, and in a value or reason phrase (HTAB, SP and visible ASCII;
+// obs-text, NUL and other controls are left to llhttp).
+struct ByteClasses {
+  bool token[256] = {};
+  bool text[256] = {};
+  bool target[256] = {};  // an origin-form target's (RFC 3986 pchar, '/', '?'; no '#')
+  constexpr ByteClasses() {
+    for (int c = '0'; c <= '9'; ++c) target[c] = true;
+    for (int c = 'a'; c <= 'z'; ++c) target[c] = target[c - 32] = true;
+    for (char c : std::string_view("-._~!$&'()*+,;=:@/?%"))
+      target[static_cast<unsigned char>(c)] = true;
+    for (int c = '0'; c <= '9'; ++c) token[c] = true;
+    for (int c = 'a'; c <= 'z'; ++c) token[c] = token[c - 32] = true;
+    for (char c : std::string_view("!#$%&'*+-.^_`|~")) token[static_cast<unsigned char>(c)] = true;
+    for (int c = 0x20; c < 0x7f; ++c) text[c] = true;
+    text[static_cast<unsigned char>('\t')] = true;
+  }
+};
+constexpr ByteClasses kBytes;
+
+// The first byte from `p` on (before `end`) that kBytes.text refuses, 16 at a time where it can:
+// values are most of a head's bytes.
+inline const char* SkipText(const char* p, const char* end) {
+#ifdef __SSE2__
+  const __m128i space = _mm_set1_epi8(0x20), del = _mm_set1_epi8(0x7f);
+  while (end - p >= 16) {
+    __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    // Signed: below SP is a control byte or one >= 0x80.
+    int refused = _mm_movemask_epi8(_mm_or_si128(_mm_cmplt_epi8(b, space), _mm_cmpeq_epi8(b, del)));
+    if (refused == 0) {
+      p += 16;
+      continue;
+    }
+    p += __builtin_ctz(refused);
+    if (*p != '\t') return p;
+    ++p;
+  }
+#endif
+  while (p < end && kBytes.text[static_cast<unsigned char>(*p)]) ++p;
+  return p;
+}
 }  // namespace
+
+void Http1Parser::SetFastPathEnabled(bool enabled) { fast_path_enabled = enabled; }
 
 // The same callbacks for every parser: one table, not one per connection.
 const llhttp_settings_t& Http1Parser::Settings() {
@@ -106,6 +159,10 @@ void Http1Parser::Reset(Http1ParserCallbacks& callbacks, Limits limits) {
   in_trailers_ = false;
   in_message_ = false;
   expect_no_body_ = false;
+  in_fast_body_ = false;
+  fast_body_remaining_ = 0;
+  fast_finish_unsafe_ = false;
+  llhttp_closing_ = false;
   header_bytes_ = 0;
   exec_begin_ = nullptr;
   prev_tail_[0] = prev_tail_[1] = 0;
@@ -200,7 +257,8 @@ int Http1Parser::OnHeaderValueComplete(llhttp_t* p) {
   // llhttp accepts obs-fold (a header continued on the next line); intermediaries may read it
   // differently, so it is refused (RFC 9112 5.2 allows a 400).
   std::string_view v = headers.pending_value();
-  if (memchr(v.data(), '\n', v.size()) || memchr(v.data(), '\r', v.size())) {
+  // (An empty value may have no storage at all: memchr must not see its null.)
+  if (!v.empty() && (memchr(v.data(), '\n', v.size()) || memchr(v.data(), '\r', v.size()))) {
     return self->type_ == Type::kRequest ? self->Fail(400, "folded header line (obs-fold)")
                                          : self->Fail(502, "folded header line (obs-fold)");
   }
@@ -302,13 +360,12 @@ int Http1Parser::OnMessageCompleteCb(llhttp_t* p) {
       self->response().status < 200 && self->response().status != 101) {
     return 0;  // interim response: keep parsing for the final one
   }
+  self->llhttp_closing_ = !llhttp_should_keep_alive(p);
   self->callbacks_->OnMessageComplete();
   return HPE_PAUSED;
 }
 
-Http1Parser::Result Http1Parser::Execute(const char* data, size_t len, size_t* consumed) {
-  exec_begin_ = data;
-  llhttp_errno_t err = llhttp_execute(&parser_, data, len);
+void Http1Parser::RememberTail(const char* data, size_t len) {
   if (len >= 2) {
     prev_tail_[0] = data[len - 2];
     prev_tail_[1] = data[len - 1];
@@ -316,6 +373,223 @@ Http1Parser::Result Http1Parser::Execute(const char* data, size_t len, size_t* c
     prev_tail_[0] = prev_tail_[1];
     prev_tail_[1] = data[0];
   }
+}
+
+namespace {
+// The methods the fast path takes (llhttp's names for them; CONNECT and the rest go to llhttp).
+bool FastMethod(std::string_view m) {
+  switch (m.size()) {
+    case 3:
+      return m == "GET" || m == "PUT";
+    case 4:
+      return m == "HEAD" || m == "POST";
+    case 5:
+      return m == "PATCH";
+    case 6:
+      return m == "DELETE";
+    case 7:
+      return m == "OPTIONS";
+    default:
+      return false;
+  }
+}
+}  // namespace
+
+bool Http1Parser::FastMessage(const char* data, size_t len, size_t* consumed, Result* result) {
+  const bool is_request = type_ == Type::kRequest;
+  // The whole head must be here and within the limit (llhttp's path counts fewer bytes: the
+  // same head passes there too).
+  const char* end = data + std::min<size_t>(len, limits_.max_header_bytes);
+  const char* p = data;
+  std::string_view method, target, reason;
+  int status = 0;
+  char minor;
+  if (is_request) {
+    // "METHOD /origin-form-target HTTP/1.x\r\n"
+    while (p < end && *p >= 'A' && *p <= 'Z') ++p;
+    method = std::string_view(data, p - data);
+    if (!FastMethod(method) || end - p < 2 || p[0] != ' ' || p[1] != '/') return false;
+    const char* t = ++p;
+    while (p < end && kBytes.target[static_cast<unsigned char>(*p)]) ++p;
+    target = std::string_view(t, p - t);
+    if (end - p < 11 || memcmp(p, " HTTP/1.", 8) != 0 || (p[8] != '0' && p[8] != '1') ||
+        p[9] != '\r' || p[10] != '\n') {
+      return false;
+    }
+    minor = p[8];
+    p += 11;
+  } else {
+    // "HTTP/1.x ddd reason\r\n"
+    if (len < 19 || memcmp(data, "HTTP/1.", 7) != 0 || (data[7] != '0' && data[7] != '1') ||
+        data[8] != ' ' || data[12] != ' ') {
+      return false;
+    }
+    for (int i = 9; i < 12; ++i) {
+      if (data[i] < '0' || data[i] > '9') return false;
+      status = status * 10 + (data[i] - '0');
+    }
+    // 1xx, 204 and 304 have no body, nor has a HEAD's answer: llhttp's callbacks handle those.
+    if (status < 200 || status > 599 || status == 204 || status == 304 || expect_no_body_) {
+      return false;
+    }
+    minor = data[7];
+    p = data + 13;
+    const char* r = p;
+    p = SkipText(p, end);
+    reason = std::string_view(r, p - r);
+    if (reason.empty() || end - p < 2 || p[0] != '\r' || p[1] != '\n') return false;
+    p += 2;
+  }
+
+  HeaderMap* hp;
+  if (is_request) {
+    request().Clear();
+    hp = &request().headers;
+  } else {
+    response().Clear();
+    hp = &response().headers;
+  }
+  HeaderMap& h = *hp;
+  bool has_cl = false, keep_alive_listed = false, expect_continue = false;
+  uint64_t cl = 0;
+  size_t host_index = SIZE_MAX;
+  while (true) {
+    if (end - p < 2) return false;
+    if (p[0] == '\r') {
+      if (p[1] != '\n') return false;
+      p += 2;
+      break;
+    }
+    const char* name = p;
+    while (p < end && kBytes.token[static_cast<unsigned char>(*p)]) ++p;
+    if (p == name || p == end || *p != ':') return false;
+    size_t name_len = p - name;
+    ++p;
+    while (p < end && (*p == ' ' || *p == '\t')) ++p;
+    const char* value = p;
+    p = SkipText(p, end);
+    if (end - p < 2 || p[0] != '\r' || p[1] != '\n') return false;
+    size_t value_len = p - value;
+    p += 2;
+    if (h.size() >= limits_.max_headers) return false;
+    h.AppendName(name, name_len);
+    h.AppendValue(value, value_len);
+    h.CommitPending();
+    // The names llhttp gives a meaning to. Their values are taken only in the form senders use
+    // (one space after the colon, nothing after the value): llhttp has its own rules for the
+    // whitespace around them.
+    const HeaderMap::Field f = h[h.size() - 1];
+    bool plain = value == name + name_len + 2 && value[-1] == ' ' && f.value.size() == value_len;
+    switch (f.name.size()) {
+      case 4:
+        if (is_request && f.name == std::string_view("host")) {
+          if (host_index != SIZE_MAX) return false;  // llhttp's path refuses it
+          host_index = h.size() - 1;
+        }
+        break;
+      case 6:
+        if (is_request && f.name == std::string_view("expect")) {
+          expect_continue |= EqualsIgnoreCase(f.value, "100-continue");
+        }
+        break;
+      case 7:
+        if (f.name == std::string_view("upgrade")) return false;
+        break;
+      case 10:
+        if (f.name == std::string_view("connection")) {
+          // close, or a list: llhttp's
+          if (!plain || !EqualsIgnoreCase(f.value, "keep-alive")) return false;
+          keep_alive_listed = true;
+        }
+        break;
+      case 14:
+        if (f.name == std::string_view("content-length")) {
+          if (!plain || has_cl || f.value.empty() || f.value.size() > 18) return false;
+          for (char c : f.value) {
+            if (c < '0' || c > '9') return false;
+            cl = cl * 10 + (c - '0');
+          }
+          has_cl = true;
+        }
+        break;
+      case 16:
+        if (f.name == std::string_view("proxy-connection")) return false;
+        break;
+      case 17:
+        if (f.name == std::string_view("transfer-encoding")) return false;
+        break;
+      default:
+        break;
+    }
+  }
+  // A connection that closes after this message (llhttp then drops whatever follows it), a
+  // close-delimited response body, a request without its Host: llhttp's path.
+  bool keep_alive = minor == '1' || keep_alive_listed;
+  if (!keep_alive) return false;
+  if (is_request ? minor == '1' && host_index == SIZE_MAX : !has_cl) return false;
+
+  size_t head_len = p - data;
+  in_message_ = true;
+  in_trailers_ = true;
+  header_bytes_ = head_len;
+  if (is_request) {
+    RequestHead& r = request();
+    r.method.assign(method);
+    r.path.assign(target);
+    if (host_index != SIZE_MAX) r.host.assign(h[host_index].value);
+    r.version_minor = minor - '0';
+    r.keep_alive = true;
+    r.has_content_length = has_cl;
+    r.content_length = cl;
+    r.expect_continue = expect_continue;
+  } else {
+    ResponseHead& r = response();
+    r.status = status;
+    r.reason.assign(reason);
+    r.version_minor = minor - '0';
+    r.keep_alive = true;
+    r.has_content_length = true;
+    r.content_length = cl;
+  }
+  RememberTail(data, len);
+  callbacks_->OnHead();
+  in_fast_body_ = true;
+  fast_body_remaining_ = cl;
+  *result = FastBody(p, len - head_len, consumed);
+  *consumed += head_len;
+  return true;
+}
+
+Http1Parser::Result Http1Parser::FastBody(const char* data, size_t len, size_t* consumed) {
+  size_t n = static_cast<size_t>(std::min<uint64_t>(len, fast_body_remaining_));
+  fast_body_remaining_ -= n;
+  if (n) callbacks_->OnBody(data, n);
+  if (fast_body_remaining_ > 0) {
+    *consumed = len;
+    return Result::kOk;
+  }
+  in_fast_body_ = false;
+  in_message_ = false;
+  fast_finish_unsafe_ = true;
+  callbacks_->OnMessageComplete();
+  *consumed = n;
+  return Result::kPaused;
+}
+
+Http1Parser::Result Http1Parser::Execute(const char* data, size_t len, size_t* consumed) {
+  if (in_fast_body_) {
+    RememberTail(data, len);
+    return FastBody(data, len, consumed);
+  }
+  if (len > 0) fast_finish_unsafe_ = false;
+  if (!in_message_ && !llhttp_closing_ && fast_path_enabled &&
+      llhttp_get_errno(&parser_) == HPE_OK) {
+    Result r;
+    if (FastMessage(data, len, consumed, &r)) return r;
+  }
+  exec_begin_ = data;
+  llhttp_errno_t err = llhttp_execute(&parser_, data, len);
+  RememberTail(data, len);
   if (err == HPE_OK) {
     *consumed = len;
     return Result::kOk;
@@ -351,6 +625,7 @@ Http1Parser::Result Http1Parser::Execute(const char* data, size_t len, size_t* c
 void Http1Parser::Resume() { llhttp_resume(&parser_); }
 
 uint64_t Http1Parser::remaining_body_length() const {
+  if (in_fast_body_) return fast_body_remaining_;
   // in_trailers_ is set once the head is complete.
   if (!in_message_ || !in_trailers_ || expect_no_body_) return 0;
   if ((parser_.flags & F_CHUNKED) || !(parser_.flags & F_CONTENT_LENGTH)) return 0;
@@ -358,12 +633,18 @@ uint64_t Http1Parser::remaining_body_length() const {
 }
 
 void Http1Parser::SkipRemainingBody() {
+  in_fast_body_ = false;
+  fast_body_remaining_ = 0;
+  fast_finish_unsafe_ = false;  // as llhttp_reset leaves llhttp
+  llhttp_closing_ = false;
   llhttp_reset(&parser_);
   in_message_ = false;
 }
 
 Http1Parser::Result Http1Parser::Finish() {
-  llhttp_errno_t err = llhttp_finish(&parser_);
+  // EOF inside a Content-Length body, as llhttp_finish reports it.
+  llhttp_errno_t err =
+      in_fast_body_ || fast_finish_unsafe_ ? HPE_INVALID_EOF_STATE : llhttp_finish(&parser_);
   if (err == HPE_OK || err == HPE_PAUSED) return Result::kOk;
   if (error_status_ == 0) {
     error_status_ = 502;

@@ -3,6 +3,15 @@
 // a RequestHead or ResponseHead and streams body bytes (de-chunked) to its callbacks. It pauses
 // after every complete message so pipelined requests are handled one at a time.
 // One parser per connection, on that connection's worker.
+//
+// A fast path comes first: a head that arrives whole in one Execute call and is plainly formed
+// (HTTP/1.1, or 1.0 with keep-alive; a request with GET, HEAD, POST, PUT, DELETE, OPTIONS or PATCH,
+// an origin-form target and its Host; a 2xx-5xx response with a body framed by Content-Length;
+// token names, printable ASCII values, CRLF line ends, no Transfer-Encoding or Upgrade, within
+// the limits) is parsed in one pass, and a Content-Length body counted off, with the results and
+// callbacks llhttp would give. Anything else, including everything malformed, goes to llhttp from
+// the message's first byte, so llhttp keeps the last word on what is an error (the fuzz targets
+// check both paths against each other).
 #pragma once
 
 #include <cstdint>
@@ -34,6 +43,9 @@ class Http1Parser {
   enum class Result { kOk, kPaused, kError };
 
   Http1Parser(Type type, Http1ParserCallbacks& callbacks, Limits limits);
+  // The fast path (on by default; rpx --disable-fast-parse and the fuzz targets turn it off).
+  // Set before parsers run: it is read without synchronization.
+  static void SetFastPathEnabled(bool enabled);
   Http1Parser(const Http1Parser&) = delete;
   Http1Parser& operator=(const Http1Parser&) = delete;
 
@@ -57,7 +69,7 @@ class Http1Parser {
   Result Finish();
   // Response parsers: the next response answers a HEAD request (no body whatever its headers say).
   void set_expect_no_body(bool v) { expect_no_body_ = v; }
-  bool message_needs_eof() const { return llhttp_message_needs_eof(&parser_); }
+  bool message_needs_eof() const { return !in_fast_body_ && llhttp_message_needs_eof(&parser_); }
   // Inside a Content-Length body: how many of its bytes the parser has not seen yet; else 0.
   uint64_t remaining_body_length() const;
   // The rest of the current body went past the parser (spliced): the message is complete, and
@@ -93,6 +105,11 @@ class Http1Parser {
   }
   int HeadersTooLarge();
   bool AddHeaderBytes(size_t n);
+  void RememberTail(const char* data, size_t len);
+  // The fast path. FastMessage returns false, having called nothing, when llhttp must parse the
+  // message; else it parsed the head and what of the body `data` holds.
+  bool FastMessage(const char* data, size_t len, size_t* consumed, Result* result);
+  Result FastBody(const char* data, size_t len, size_t* consumed);
 
   void Reset(Http1ParserCallbacks& callbacks, Limits limits);
 
@@ -106,6 +123,14 @@ class Http1Parser {
   bool in_trailers_ = false;
   bool in_message_ = false;
   bool expect_no_body_ = false;
+  bool in_fast_body_ = false;  // in a body the fast path frames: fast_body_remaining_ > 0
+  uint64_t fast_body_remaining_ = 0;
+  // llhttp's state the fast path must honour. After a message, llhttp is paused before its
+  // end-of-message step, which it takes at the next byte: until then Finish() fails (EOF state
+  // "unsafe"); and once it takes it after a message that closes the connection, it drops
+  // whatever follows.
+  bool fast_finish_unsafe_ = false;  // the fast path ended a message; no byte since
+  bool llhttp_closing_ = false;      // llhttp ended a message that closes the connection
   size_t header_bytes_ = 0;
   const char* exec_begin_ = nullptr;  // data of the current Execute call
   char prev_tail_[2] = {0, 0};        // last two bytes of the previous call's data

@@ -4,7 +4,8 @@
 //     header count and bytes within the limits, names lower case, values without CR, LF or NUL,
 //     a body only when the head frames one and exactly as long as its Content-Length;
 //  2. parsing does not depend on how the bytes are split into reads: one read and input-derived
-//     split points (sometimes one byte per read) give the same messages, bodies and verdict;
+//     split points (sometimes one byte per read) give the same messages, bodies and verdict; nor
+//     on whether the parser's fast path or llhttp alone parsed them;
 //  3. ServerConnection, fed the same reads over a socketpair with a trivial handler that answers
 //     in several ways (local reply, after the body, chunked, from a timer, before the body,
 //     100-continue, reset, backpressure), never crashes or leaks, answers every parsed request
@@ -146,8 +147,8 @@ bool IsLimitStatus(int s) { return s == 414 || s == 431; }
 // limits are checked when llhttp reports a span (at its end, or at the end of a read), so a span
 // that is too long and also malformed further on may be refused for either reason (414/431 or
 // 400) depending on where the read ended.
-void CheckSameTranscript(const Transcript& a, const Transcript& b,
-                         const std::vector<size_t>& cuts) {
+void CheckSameTranscript(const Transcript& a, const Transcript& b, const std::vector<size_t>& cuts,
+                         const char* b_is = "split") {
   bool same_status =
       a.error_status == b.error_status ||
       (a.error && b.error && (IsLimitStatus(a.error_status) || IsLimitStatus(b.error_status)));
@@ -155,7 +156,7 @@ void CheckSameTranscript(const Transcript& a, const Transcript& b,
   for (size_t i = 0; same && i < a.messages.size(); ++i) same = a.messages[i] == b.messages[i];
   if (same) return;
   Dump("one read", a);
-  Dump("split", b);
+  Dump(b_is, b);
   std::fprintf(stderr, "reads cut at:");
   for (size_t c : cuts) std::fprintf(stderr, " %zu", c);
   std::fprintf(stderr, "\n");
@@ -491,6 +492,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<size_t> cuts = SplitPoints(size, choices, 4);
   Transcript split = ParseRequests(data, size, cuts, limits);
   CheckSameTranscript(whole, split, cuts);
+  // The parser's fast path gives what llhttp alone gives.
+  rpx::Http1Parser::SetFastPathEnabled(false);
+  Transcript llhttp_only = ParseRequests(data, size, {}, limits);
+  rpx::Http1Parser::SetFastPathEnabled(true);
+  CheckSameTranscript(whole, llhttp_only, {}, "llhttp only (no fast path)");
 
   DriveServerConnection(data, size, cuts, max_headers_kb, max_headers, choices, whole);
   return 0;

@@ -4,9 +4,10 @@
 // each final response and only that (interim 1xx heads never pause); header count and bytes stay
 // within the limits, names lower case, values without CR, LF or NUL; no body for HEAD, 1xx, 204
 // or 304, and a body exactly as long as its Content-Length; Finish() at EOF ends a close-delimited
-// body cleanly; and the result does not depend on how the bytes are split into reads. The bytes
-// after a complete response (stray bytes, which make UpstreamClient drop the connection) are
-// parsed as the next response, as on a reused keep-alive connection.
+// body cleanly; and the result does not depend on how the bytes are split into reads, nor on
+// whether the parser's fast path or llhttp parsed them. The bytes after a complete response
+// (stray bytes, which make UpstreamClient drop the connection) are parsed as the next response,
+// as on a reused keep-alive connection.
 #include <cstring>
 #include <string>
 #include <vector>
@@ -168,8 +169,8 @@ Transcript ParseResponses(const uint8_t* data, size_t size, const std::vector<si
 }
 
 void Dump(const char* what, const Transcript& t) {
-  std::fprintf(stderr, "--- %s: %zu messages, error %d (%s)\n", what, t.messages.size(),
-               t.error_status, t.error_reason.c_str());
+  std::fprintf(stderr, "--- %s: %zu messages, error %d (%s), Finish() %d\n", what,
+               t.messages.size(), t.error_status, t.error_reason.c_str(), t.finish);
   for (const Message& m : t.messages) {
     std::fprintf(stderr, "[%s]\nbody %zu bytes%s\n", m.head.c_str(), m.body.size(),
                  m.complete ? ", complete" : "");
@@ -177,14 +178,14 @@ void Dump(const char* what, const Transcript& t) {
 }
 
 // The same messages and verdict however the input was split into reads.
-void CheckSameTranscript(const Transcript& a, const Transcript& b,
-                         const std::vector<size_t>& cuts) {
+void CheckSameTranscript(const Transcript& a, const Transcript& b, const std::vector<size_t>& cuts,
+                         const char* b_is = "split") {
   bool same = a.error == b.error && a.error_status == b.error_status && a.finish == b.finish &&
               a.messages.size() == b.messages.size();
   for (size_t i = 0; same && i < a.messages.size(); ++i) same = a.messages[i] == b.messages[i];
   if (same) return;
   Dump("one read", a);
-  Dump("split", b);
+  Dump(b_is, b);
   std::fprintf(stderr, "reads cut at:");
   for (size_t c : cuts) std::fprintf(stderr, " %zu", c);
   std::fprintf(stderr, "\n");
@@ -209,5 +210,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<size_t> cuts = SplitPoints(size, choices, 4);
   Transcript split = ParseResponses(data, size, cuts, limits, head_answers);
   CheckSameTranscript(whole, split, cuts);
+  // The fast path gives what llhttp alone gives.
+  rpx::Http1Parser::SetFastPathEnabled(false);
+  Transcript llhttp_only = ParseResponses(data, size, {}, limits, head_answers);
+  rpx::Http1Parser::SetFastPathEnabled(true);
+  CheckSameTranscript(whole, llhttp_only, {}, "llhttp only (no fast path)");
   return 0;
 }
