@@ -158,6 +158,7 @@ class RouteTable {
   std::string name_;
   std::vector<std::unique_ptr<VirtualHostEntry>> vhosts_;
   absl::flat_hash_map<std::string, const VirtualHostEntry*> exact_;
+  bool exact_with_port_ = false;  // some exact domain has a ':' (a port): worth a lookup with it
   // Wildcards keyed by length of the literal part, longest first.
   std::map<size_t, absl::flat_hash_map<std::string, const VirtualHostEntry*>, std::greater<size_t>>
       suffix_, prefix_;

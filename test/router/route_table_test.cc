@@ -83,6 +83,24 @@ TEST(RouteTableTest, DomainMatchIgnoresCaseAndPort) {
   EXPECT_EQ(ClusterFor(*t, Req("x.foo.example.com:443", "/")), "suffix_long");
 }
 
+TEST(RouteTableTest, DomainWithPortMatchesThatPortExactly) {
+  auto t = Build(R"(
+name: r
+virtual_hosts:
+- name: with_port
+  domains: ["a.example.com:8080"]
+  routes: [{match: {prefix: "/"}, route: {cluster: with_port}}]
+- name: without
+  domains: ["a.example.com"]
+  routes: [{match: {prefix: "/"}, route: {cluster: without}}]
+)");
+  ASSERT_TRUE(t);
+  EXPECT_EQ(ClusterFor(*t, Req("a.example.com:8080", "/")), "with_port");
+  EXPECT_EQ(ClusterFor(*t, Req("A.example.com:8080", "/")), "with_port");
+  EXPECT_EQ(ClusterFor(*t, Req("a.example.com:9090", "/")), "without");
+  EXPECT_EQ(ClusterFor(*t, Req("a.example.com", "/")), "without");
+}
+
 TEST(RouteTableTest, WildcardMustMatchAtLeastOneCharacter) {
   auto t = Build(kDomains);
   ASSERT_TRUE(t);
@@ -257,7 +275,8 @@ virtual_hosts:
   const auto clusters = t->ReferencedClusters();
   ASSERT_EQ(clusters.size(), 2u);
   EXPECT_EQ(clusters[0].first, "a");
-  EXPECT_EQ(clusters[1].second, "route_config.virtual_hosts[0].routes[0].route.weighted_clusters.clusters[1].name");
+  EXPECT_EQ(clusters[1].second,
+            "route_config.virtual_hosts[0].routes[0].route.weighted_clusters.clusters[1].name");
 }
 
 TEST(RouteTableTest, WeightedClustersTotalWeightMustAgree) {
@@ -336,7 +355,8 @@ virtual_hosts:
   EXPECT_TRUE(r->upgrade_overrides.empty());
   EXPECT_NE(BuildError(R"(
 virtual_hosts: [{name: v, domains: ["*"], routes: [{match: {prefix: "/"}, route: {cluster: c, upgrade_configs: [{upgrade_type: a}, {upgrade_type: A}]}}]}]
-)").find("routes[0].route.upgrade_configs[1].upgrade_type: is listed twice"),
+)")
+                .find("routes[0].route.upgrade_configs[1].upgrade_type: is listed twice"),
             std::string::npos);
 }
 
@@ -402,32 +422,39 @@ virtual_hosts:
 TEST(RouteTableTest, BadInputsNameTheField) {
   EXPECT_NE(BuildError(R"(
 virtual_hosts: [{name: v, domains: ["*"], routes: [{match: {safe_regex: {regex: "(["}}, route: {cluster: c}}]}]
-)").find("virtual_hosts[0].routes[0].match.safe_regex.regex: invalid regex"),
+)")
+                .find("virtual_hosts[0].routes[0].match.safe_regex.regex: invalid regex"),
             std::string::npos);
   EXPECT_NE(BuildError(R"(
 virtual_hosts: [{name: v, domains: ["*"], routes: [{match: {}, route: {cluster: c}}]}]
-)").find("routes[0].match"),
+)")
+                .find("routes[0].match"),
             std::string::npos);
   EXPECT_NE(BuildError(R"(
 virtual_hosts: [{name: v, domains: ["*"], routes: [{match: {prefix: "/"}}]}]
-)").find("one of route, redirect or direct_response is required"),
+)")
+                .find("one of route, redirect or direct_response is required"),
             std::string::npos);
   EXPECT_NE(BuildError(R"(
 virtual_hosts: [{name: v, domains: ["*"], routes: []}, {name: v, domains: ["a"], routes: []}]
-)").find("duplicate virtual host name"),
+)")
+                .find("duplicate virtual host name"),
             std::string::npos);
   EXPECT_NE(BuildError(R"(
 virtual_hosts: [{name: v, domains: ["*"], routes: [{match: {prefix: "/"}, direct_response: {status: 700}}]}]
-)").find("direct_response.status"),
+)")
+                .find("direct_response.status"),
             std::string::npos);
   // A 1xx is not an answer: the client would wait for another (a fuzzer finding).
   EXPECT_NE(BuildError(R"(
 virtual_hosts: [{name: v, domains: ["*"], routes: [{match: {prefix: "/"}, direct_response: {status: 100}}]}]
-)").find("direct_response.status: must be within [200, 599]"),
+)")
+                .find("direct_response.status: must be within [200, 599]"),
             std::string::npos);
   EXPECT_NE(BuildError(R"(
 virtual_hosts: [{name: v, domains: ["*"], request_headers_to_add: [{header: {key: x, value: "%START_TIME%"}}], routes: []}]
-)").find("formatters"),
+)")
+                .find("formatters"),
             std::string::npos);
 }
 
