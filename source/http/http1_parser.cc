@@ -224,6 +224,14 @@ int Http1Parser::OnHeaderField(llhttp_t* p, const char* at, size_t len) {
                                          : self->Fail(502, "header line without CRLF before it");
   }
   if (!self->AddHeaderBytes(len)) return self->HeadersTooLarge();
+  // llhttp lets a space through inside a name ("Transfer Encoding: chunked"), which would be
+  // forwarded as a header named "transfer encoding"; a field name is a token (RFC 9110 5.1).
+  for (size_t i = 0; i < len; ++i) {
+    if (!kBytes.token[static_cast<unsigned char>(at[i])]) {
+      return self->type_ == Type::kRequest ? self->Fail(400, "invalid character in header name")
+                                           : self->Fail(502, "invalid character in header name");
+    }
+  }
   self->headers().AppendName(at, len);
   return 0;
 }

@@ -313,6 +313,7 @@ TEST_P(ResponsePathTest, MalformedHeadsAreRefusedEitherWay) {
            "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nx",
            "HTTP/1.1 200 OK\r\nContent-Length: 1x\r\n\r\nx",
            "HTTP/1.1 200 OK\r\nBad\x01Name: v\r\nContent-Length: 0\r\n\r\n",
+           "HTTP/1.1 200 OK\r\nContent Length: 5\r\nContent-Length: 0\r\n\r\n",
            "HTTP/1.1 200 OK\r\nX: a\r\n b\r\nContent-Length: 0\r\n\r\n",
            "HTTP/1.1 200 OK\r\nX: a\rb\r\nContent-Length: 0\r\n\r\n",
            "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nTransfer-Encoding: chunked\r\n\r\n",
@@ -458,6 +459,7 @@ TEST_P(RequestPathTest, BadRequestsAreRefusedEitherWay) {
            Case{"GET / HTTP/1.1\r\nHost: a\r\nX: a\r\n b\r\n\r\n", 400},  // obs-fold
            Case{"GET / HTTP/2.0\r\nHost: a\r\n\r\n", 505},
            Case{"GET /a b HTTP/1.1\r\nHost: a\r\n\r\n", 400},
+           Case{"GET / HTTP/1.1\r\nHost: a\r\nTransfer Encoding: chunked\r\n\r\n", 400},
        }) {
     Recorder rec;
     Http1Parser p(Http1Parser::Type::kRequest, rec, {});
