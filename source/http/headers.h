@@ -184,6 +184,21 @@ struct ResponseHead {
 // header the caller writes itself).
 void AppendHeaders(Buffer& out, const HeaderMap& headers, std::string_view skip = {});
 
+// Calls fn(token) for each element of a comma-separated header list (RFC 9110 5.6.1), spaces and
+// tabs around it trimmed, empty elements skipped; stops when fn returns false.
+template <class Fn>
+void ForEachListToken(std::string_view list, Fn fn) {
+  while (!list.empty()) {
+    size_t comma = list.find(',');
+    std::string_view token = list.substr(0, comma);
+    list = comma == std::string_view::npos ? std::string_view() : list.substr(comma + 1);
+    while (!token.empty() && (token.front() == ' ' || token.front() == '\t'))
+      token.remove_prefix(1);
+    while (!token.empty() && (token.back() == ' ' || token.back() == '\t')) token.remove_suffix(1);
+    if (!token.empty() && !fn(token)) return;
+  }
+}
+
 // Lower-cases ASCII in place.
 void ToLowerAscii(std::string* s);
 bool EqualsIgnoreCase(std::string_view a, std::string_view b);

@@ -18,21 +18,14 @@ Http1Parser* Self(llhttp_t* p) { return static_cast<Http1Parser*>(p->data); }
 // gzip-coded with nothing saying so.
 bool OnlyChunked(const HeaderMap& headers) {
   int tokens = 0;
+  bool only_chunked = true;
   for (const HeaderMap::Field f : headers) {
     if (f.name != "transfer-encoding") continue;
-    size_t start = 0;
-    while (start <= f.value.size()) {
-      size_t end = f.value.find(',', start);
-      if (end == std::string_view::npos) end = f.value.size();
-      std::string_view t(f.value.data() + start, end - start);
-      while (!t.empty() && (t.front() == ' ' || t.front() == '\t')) t.remove_prefix(1);
-      while (!t.empty() && (t.back() == ' ' || t.back() == '\t')) t.remove_suffix(1);
-      if (!t.empty()) {
-        if (!EqualsIgnoreCase(t, "chunked")) return false;
-        ++tokens;
-      }
-      start = end + 1;
-    }
+    ForEachListToken(f.value, [&](std::string_view t) {
+      ++tokens;
+      return only_chunked = EqualsIgnoreCase(t, "chunked");
+    });
+    if (!only_chunked) return false;
   }
   return tokens == 1;
 }

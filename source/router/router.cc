@@ -460,23 +460,15 @@ void RemoveHopByHopHeaders(HeaderMap& headers) {
   });
   if (connection_values.empty()) return;
   std::vector<std::string> listed;
-  for (std::string_view rest : connection_values) {
-    while (!rest.empty()) {
-      size_t comma = rest.find(',');
-      std::string_view token = rest.substr(0, comma);
-      rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-      while (!token.empty() && (token.front() == ' ' || token.front() == '\t'))
-        token.remove_prefix(1);
-      while (!token.empty() && (token.back() == ' ' || token.back() == '\t'))
-        token.remove_suffix(1);
-      if (token.empty() || EqualsIgnoreCase(token, "close") ||
-          EqualsIgnoreCase(token, "keep-alive")) {
-        continue;
+  for (std::string_view value : connection_values) {
+    ForEachListToken(value, [&](std::string_view token) {
+      if (!EqualsIgnoreCase(token, "close") && !EqualsIgnoreCase(token, "keep-alive")) {
+        std::string t(token);
+        ToLowerAscii(&t);
+        listed.push_back(std::move(t));
       }
-      std::string t(token);
-      ToLowerAscii(&t);
-      listed.push_back(std::move(t));
-    }
+      return true;
+    });
   }
   if (listed.empty()) return;
   headers.RemoveIf([&](const HeaderMap::Field& f) {

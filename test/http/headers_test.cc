@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -153,6 +154,22 @@ TEST(HeadersTest, Helpers) {
   EXPECT_TRUE(EqualsIgnoreCase("Chunked", "chunked"));
   EXPECT_FALSE(EqualsIgnoreCase("chunked", "chunke"));
   EXPECT_STREQ(ReasonPhrase(504), "Gateway Timeout");
+}
+
+TEST(HeadersTest, ForEachListTokenTrimsSkipsEmptyAndStops) {
+  std::vector<std::string> seen;
+  ForEachListToken(" a ,\tb\t,, ,c", [&](std::string_view t) {
+    seen.emplace_back(t);
+    return true;
+  });
+  EXPECT_EQ(seen, (std::vector<std::string>{"a", "b", "c"}));
+  seen.clear();
+  ForEachListToken("x, stop, y", [&](std::string_view t) {
+    seen.emplace_back(t);
+    return t != "stop";
+  });
+  EXPECT_EQ(seen, (std::vector<std::string>{"x", "stop"}));
+  ForEachListToken("", [&](std::string_view) { return ADD_FAILURE(), true; });
 }
 
 TEST(HeadersTest, EqualsIgnoreCaseFoldsOnlyAsciiLettersAtEveryLength) {

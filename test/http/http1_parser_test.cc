@@ -204,13 +204,15 @@ TEST(Http1ParserTest, MalformedResponseIs502) {
   EXPECT_EQ(p.error_status(), 502);
 }
 
-// Responses the fast path takes (and a few it hands to llhttp), run with it on and off: the
-// results must not differ.
-class ResponsePathTest : public ::testing::TestWithParam<bool> {
+// Runs a test with the parser's fast path on (true) and off (false): the results must not differ.
+class FastPathOnAndOffTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override { Http1Parser::SetFastPathEnabled(GetParam()); }
   void TearDown() override { Http1Parser::SetFastPathEnabled(true); }
 };
+
+// Responses the fast path takes (and a few it hands to llhttp).
+class ResponsePathTest : public FastPathOnAndOffTest {};
 
 INSTANTIATE_TEST_SUITE_P(FastPathOnAndOff, ResponsePathTest, ::testing::Bool());
 
@@ -385,12 +387,8 @@ TEST(Http1ParserTest, FastPathScansLongValuesAsLlhttpDoes) {
   }
 }
 
-// Requests the fast path takes (and some it hands to llhttp), with it on and off.
-class RequestPathTest : public ::testing::TestWithParam<bool> {
- protected:
-  void SetUp() override { Http1Parser::SetFastPathEnabled(GetParam()); }
-  void TearDown() override { Http1Parser::SetFastPathEnabled(true); }
-};
+// Requests the fast path takes (and some it hands to llhttp).
+class RequestPathTest : public FastPathOnAndOffTest {};
 
 INSTANTIATE_TEST_SUITE_P(FastPathOnAndOff, RequestPathTest, ::testing::Bool());
 

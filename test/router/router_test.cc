@@ -2,13 +2,21 @@
 // path through the router is covered end to end by test/integration/routing_test.py.
 #include "source/router/router.h"
 
+#include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
 
 namespace rpx {
 namespace {
+
+HeaderMap Make(std::initializer_list<std::pair<const char*, const char*>> fields) {
+  HeaderMap h;
+  for (const auto& [name, value] : fields) h.Add(name, value);
+  return h;
+}
 
 std::vector<std::string> Names(const HeaderMap& h) {
   std::vector<std::string> out;
@@ -17,55 +25,47 @@ std::vector<std::string> Names(const HeaderMap& h) {
 }
 
 TEST(RemoveHopByHopHeadersTest, DropsTheFixedNamesAndKeepsTheRestInOrder) {
-  HeaderMap h;
-  h.Add("host", "a");
-  h.Add("connection", "keep-alive");
-  h.Add("keep-alive", "timeout=5");
-  h.Add("x-one", "1");
-  h.Add("proxy-connection", "keep-alive");
-  h.Add("transfer-encoding", "chunked");
-  h.Add("content-length", "3");
-  h.Add("upgrade", "websocket");
-  h.Add("trailer", "x-t");
-  h.Add("expect", "100-continue");
-  h.Add("x-two", "2");
+  HeaderMap h = Make({{"host", "a"},
+                      {"connection", "keep-alive"},
+                      {"keep-alive", "timeout=5"},
+                      {"x-one", "1"},
+                      {"proxy-connection", "keep-alive"},
+                      {"transfer-encoding", "chunked"},
+                      {"content-length", "3"},
+                      {"upgrade", "websocket"},
+                      {"trailer", "x-t"},
+                      {"expect", "100-continue"},
+                      {"x-two", "2"}});
   RemoveHopByHopHeaders(h);
   EXPECT_EQ(Names(h), (std::vector<std::string>{"host", "x-one", "x-two"}));
 }
 
 TEST(RemoveHopByHopHeadersTest, DropsWhatConnectionListsInEveryConnectionHeader) {
-  HeaderMap h;
-  h.Add("connection", "Keep-Alive, X-Foo");
-  h.Add("x-foo", "1");
-  h.Add("x-bar", "2");
-  h.Add("x-kept", "3");
-  h.Add("connection", " x-bar ,close");
-  h.Add("x-foo", "4");
+  HeaderMap h = Make({{"connection", "Keep-Alive, X-Foo"},
+                      {"x-foo", "1"},
+                      {"x-bar", "2"},
+                      {"x-kept", "3"},
+                      {"connection", " x-bar ,close"},
+                      {"x-foo", "4"}});
   RemoveHopByHopHeaders(h);
   EXPECT_EQ(Names(h), (std::vector<std::string>{"x-kept"}));
 }
 
 TEST(RemoveHopByHopHeadersTest, ConnectionCloseOrKeepAliveAloneListsNothing) {
   for (const char* value : {"close", "Keep-Alive", "CLOSE"}) {
-    HeaderMap h;
-    h.Add("connection", value);
-    h.Add("close", "x");
-    h.Add("keep-alive", "timeout=5");
-    h.Add("x-kept", "1");
+    HeaderMap h =
+        Make({{"connection", value}, {"close", "x"}, {"keep-alive", "timeout=5"}, {"x-kept", "1"}});
     RemoveHopByHopHeaders(h);
     EXPECT_EQ(Names(h), (std::vector<std::string>{"close", "x-kept"})) << value;
   }
 }
 
 TEST(RemoveHopByHopHeadersTest, TeTrailersIsKeptEvenWhenConnectionListsTe) {
-  HeaderMap h;
-  h.Add("connection", "te");
-  h.Add("te", "trailers");
+  HeaderMap h = Make({{"connection", "te"}, {"te", "trailers"}});
   RemoveHopByHopHeaders(h);
   EXPECT_EQ(Names(h), (std::vector<std::string>{"te"}));
 
-  HeaderMap other;
-  other.Add("te", "gzip");
+  HeaderMap other = Make({{"te", "gzip"}});
   RemoveHopByHopHeaders(other);
   EXPECT_TRUE(other.empty());
 }
