@@ -1,42 +1,24 @@
 #include "source/common/buffer.h"
 
 #include <algorithm>
-#include <vector>
+
+#include "source/common/free_blocks.h"
 
 namespace rpx {
 
 namespace {
 // Blocks kept per thread: 8 MiB at most, far more than one event loop has in flight at once.
-constexpr size_t kMaxPooledBlocks = 256;
+using Blocks = FreeBlocks<Buffer::kBlockSize, 256>;
 
-struct BlockPool {
-  std::vector<char*> blocks;
-  ~BlockPool();
-};
-// Trivially destructible, so still readable while other thread_locals are torn down.
-thread_local bool g_pool_gone = false;
-thread_local BlockPool g_pool;
-BlockPool::~BlockPool() {
-  for (char* b : blocks) delete[] b;
-  blocks.clear();
-  g_pool_gone = true;
-}
+char* TakeBlock() { return static_cast<char*>(Blocks::Take()); }
 
-char* TakeBlock() {
-  if (!g_pool_gone && !g_pool.blocks.empty()) {
-    char* b = g_pool.blocks.back();
-    g_pool.blocks.pop_back();
-    return b;
-  }
-  return new char[Buffer::kBlockSize];
-}
-
+// Storage of any other size came from new[].
 void FreeBlock(char* p, size_t capacity) {
-  if (capacity == Buffer::kBlockSize && !g_pool_gone && g_pool.blocks.size() < kMaxPooledBlocks) {
-    g_pool.blocks.push_back(p);
-    return;
+  if (capacity == Buffer::kBlockSize) {
+    Blocks::Give(p);
+  } else {
+    delete[] p;
   }
-  delete[] p;
 }
 }  // namespace
 

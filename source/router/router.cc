@@ -3,54 +3,22 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "source/common/free_blocks.h"
 #include "source/common/logger.h"
 #include "source/upstream/conn_pool.h"
 
 namespace rpx {
 namespace {
 
-// Memory for RouterStreams, kept per thread. A worker creates and frees one per request with
-// dozens in flight, more than glibc's per-thread cache keeps of one size (7), so most took
-// malloc's slow path. At most kMaxKept blocks wait here; the thread frees them when it ends (and
-// a stream freed after that, in another thread-local's destructor, goes straight to free).
-class StreamBlocks {
- public:
-  static constexpr size_t kMaxKept = 1024;
-  ~StreamBlocks();
-  static void* Take(size_t n);
-  static void Give(void* p);
-
- private:
-  std::vector<void*> free_;
-};
-thread_local StreamBlocks stream_blocks;
-thread_local bool stream_blocks_gone = false;  // trivially destructible: valid to the end
-
-StreamBlocks::~StreamBlocks() {
-  stream_blocks_gone = true;
-  for (void* p : free_) ::operator delete(p);
-}
-
-void* StreamBlocks::Take(size_t n) {
-  if (stream_blocks_gone || stream_blocks.free_.empty()) return ::operator new(n);
-  void* p = stream_blocks.free_.back();
-  stream_blocks.free_.pop_back();
-  return p;
-}
-
-void StreamBlocks::Give(void* p) {
-  if (stream_blocks_gone || stream_blocks.free_.size() >= kMaxKept) return ::operator delete(p);
-  stream_blocks.free_.push_back(p);
-}
-
 class RouterStream final : public StreamHandler, public PoolCallbacks, public ResponseDecoder {
  public:
   RouterStream(Router& router, ResponseEncoder& encoder)
       : router_(router), encoder_(encoder), routes_(router.routes()) {}
   ~RouterStream() override { Cleanup(); }
-  // Only RouterStreams come here (the class is final): every block has its size.
-  static void* operator new(size_t n) { return StreamBlocks::Take(n); }
-  static void operator delete(void* p) { StreamBlocks::Give(p); }
+  // One per request, with dozens in flight: more than glibc's per-thread cache keeps of one size
+  // (7), so most took malloc's slow path. Only RouterStreams come here (the class is final).
+  static void* operator new(size_t) { return FreeBlocks<sizeof(RouterStream), 1024>::Take(); }
+  static void operator delete(void* p) { FreeBlocks<sizeof(RouterStream), 1024>::Give(p); }
 
   // StreamHandler
   void OnRequestHeaders(RequestHead& head, bool end_stream) override;
