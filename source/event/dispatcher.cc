@@ -320,6 +320,7 @@ void Dispatcher::RunActivated() {
 }
 
 void Dispatcher::RunFlushes() {
+  if (write_batching_ && flush_.size() > 1) WriteAhead();
   // Flushing may schedule more flushes (a write failure closing a peer); index, don't iterate.
   for (size_t i = 0; i < flush_.size(); ++i) {
     if (flush_[i]) flush_[i]->Flush();
@@ -375,16 +376,21 @@ int Dispatcher::Poll(struct epoll_event* events, int max_events, int timeout_ms)
 // Must hold one whole epoll batch (RunOnce's kMaxEvents).
 constexpr unsigned kRingEntries = 256;
 
+bool Dispatcher::EnsureRing(const char* what) {
+  if (ring_) return true;
+  ring_ = IoRing::Create(kRingEntries);
+  if (ring_ && ring_->capacity() >= kRingEntries) return true;
+  RPX_LOG(kWarn, "%s: io_uring unavailable (%s); %s", name_.c_str(),
+          ring_ ? "ring too small" : strerror(errno), what);
+  ring_.reset();
+  return false;
+}
+
 void Dispatcher::ReadAhead(struct epoll_event* events, int n) {
-  if (!ring_) {
-    ring_ = IoRing::Create(kRingEntries);
-    if (!ring_ || ring_->capacity() < static_cast<unsigned>(n)) {
-      RPX_LOG(kWarn, "%s: io_uring unavailable (%s); reading sockets one by one", name_.c_str(),
-              ring_ ? "ring too small" : strerror(errno));
-      ring_.reset();
-      read_batching_ = false;
-      return;
-    }
+  if (!EnsureRing("reading sockets one by one")) {
+    read_batching_ = false;
+    write_batching_ = false;
+    return;
   }
   for (int i = 0; i < n; ++i) {
     auto* fe = static_cast<FileEvent*>(events[i].data.ptr);
@@ -399,6 +405,40 @@ void Dispatcher::ReadAhead(struct epoll_event* events, int n) {
   batched_reads_ += ring_->Submit([events](uint64_t i, ssize_t result) {
     static_cast<FileEvent*>(events[i].data.ptr)->OnReadAhead(result);
   });
+}
+
+void Dispatcher::WriteAhead() {
+  if (!EnsureRing("sending to sockets one by one")) {
+    read_batching_ = false;
+    write_batching_ = false;
+    return;
+  }
+  // The first ring's worth; the rest (rare: a batch is at most that many events) send as before.
+  size_t n = std::min<size_t>(flush_.size(), ring_->capacity());
+  for (size_t i = 0; i < n; ++i) {
+    int fd;
+    const char* buf;
+    size_t len;
+    if (flush_[i] && flush_[i]->WriteAheadBuffer(&fd, &buf, &len)) {
+      ring_->QueueSend(fd, buf, len, i);
+    }
+  }
+  if (ring_->queued() == 0) return;
+  ++write_batches_;
+  bool unsupported = false;
+  // No owner code runs until Submit returns, so every flush_[i] queued is still there.
+  batched_writes_ += ring_->Submit([this, &unsupported](uint64_t i, ssize_t result) {
+    // A kernel without IORING_OP_SEND: Flush() sends it, and later batches do not try.
+    if (result == -EINVAL || result == -EOPNOTSUPP) {
+      unsupported = true;
+      result = -ECANCELED;
+    }
+    flush_[i]->OnWriteAhead(result);
+  });
+  if (unsupported) {
+    RPX_LOG(kWarn, "%s: io_uring cannot send here; sending to sockets one by one", name_.c_str());
+    write_batching_ = false;
+  }
 }
 
 void Dispatcher::RunOnce(int max_wait_ms) {

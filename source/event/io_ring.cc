@@ -89,18 +89,28 @@ IoRing::~IoRing() {
 }
 
 bool IoRing::QueueRecv(int fd, char* buf, size_t len, uint64_t tag) {
+  return Queue(IORING_OP_RECV, fd, reinterpret_cast<uint64_t>(buf), len, MSG_DONTWAIT, tag);
+}
+
+bool IoRing::QueueSend(int fd, const char* buf, size_t len, uint64_t tag) {
+  return Queue(IORING_OP_SEND, fd, reinterpret_cast<uint64_t>(buf), len,
+               MSG_DONTWAIT | MSG_NOSIGNAL, tag);
+}
+
+bool IoRing::Queue(uint8_t opcode, int fd, uint64_t addr, size_t len, int flags, uint64_t tag) {
   if (queued_ == sq_entries_) return false;
   unsigned tail = *sq_tail_;  // only this thread writes it
   unsigned index = tail & sq_mask_;
   io_uring_sqe* sqe = static_cast<io_uring_sqe*>(sqes_) + index;
   memset(sqe, 0, sizeof(*sqe));
-  sqe->opcode = IORING_OP_RECV;
+  sqe->opcode = opcode;
   sqe->fd = fd;
-  sqe->addr = reinterpret_cast<uint64_t>(buf);
+  sqe->addr = addr;
   sqe->len = static_cast<uint32_t>(std::min<size_t>(len, INT_MAX));
-  // MSG_DONTWAIT also tells io_uring not to park the request when there is nothing to read: it
-  // completes with -EAGAIN, so nothing is ever left in flight (see the header).
-  sqe->msg_flags = MSG_DONTWAIT;
+  // MSG_DONTWAIT also tells io_uring not to park the request when the socket is not ready
+  // (nothing to read, no room to write): it completes with -EAGAIN, so nothing is ever left in
+  // flight (see the header).
+  sqe->msg_flags = flags;
   sqe->user_data = tag;
   sq_array_[index] = index;
   __atomic_store_n(sq_tail_, tail + 1, __ATOMIC_RELEASE);
@@ -116,12 +126,12 @@ unsigned IoRing::Submit(absl::FunctionRef<void(uint64_t, ssize_t)> done) {
   } while (r < 0 && errno == EINTR);
   unsigned completed = Reap(done);
   // What the kernel did not take (the whole batch on an error) never ran: take it back, and
-  // report it as "nothing read" so the callers rely on epoll again.
+  // say so (-ECANCELED), so that the callers do it themselves.
   unsigned head = __atomic_load_n(sq_head_, __ATOMIC_ACQUIRE);
   unsigned tail = *sq_tail_;
   for (unsigned i = head; i != tail; ++i) {
     const io_uring_sqe* sqe = static_cast<io_uring_sqe*>(sqes_) + (i & sq_mask_);
-    done(sqe->user_data, -EAGAIN);
+    done(sqe->user_data, -ECANCELED);
     ++completed;
   }
   __atomic_store_n(sq_tail_, head, __ATOMIC_RELEASE);

@@ -1,14 +1,16 @@
-// IoRing: a small io_uring used to issue many non-blocking socket reads in one system call.
+// IoRing: a small io_uring used to issue many non-blocking socket reads, or many sends, in one
+// system call.
 //
-// A worker's epoll batch often holds dozens of readable sockets; reading each with recv(2) costs
-// a kernel entry and exit apiece (about 1 us on a virtual machine, where that dominates a small
-// request). Queued here, they all run inside one io_uring_enter(2).
+// A worker's epoll batch often holds dozens of readable sockets, and its flush dozens of
+// connections with output; reading or writing each with recv(2) or send(2) costs a kernel entry
+// and exit apiece (about 1 us on a virtual machine, where that dominates a small request).
+// Queued here, they all run inside one io_uring_enter(2).
 //
-// Contract: every operation is a recv with MSG_DONTWAIT, which io_uring completes (or fails with
-// -EAGAIN) inline instead of parking it, so Submit() returns with every queued operation done and
-// no buffer is ever referenced by the kernel afterwards. Owned by one Dispatcher and used only on
-// its thread. Create() returns nullptr where the kernel has no io_uring or refuses it (seccomp in
-// containers, kernel.io_uring_disabled): callers then read with recv(2) as before.
+// Contract: every operation is a recv or a send with MSG_DONTWAIT, which io_uring completes (or
+// fails with -EAGAIN) inline instead of parking it, so Submit() returns with every queued
+// operation done and no buffer is ever referenced by the kernel afterwards. Owned by one Dispatcher
+// and used only on its thread. Create() returns nullptr where the kernel has no io_uring or refuses
+// it (seccomp in containers, kernel.io_uring_disabled): callers then read with recv(2) as before.
 #pragma once
 
 #include <sys/types.h>
@@ -34,16 +36,22 @@ class IoRing {
   // Queues recv(fd, buf, len, MSG_DONTWAIT); `tag` comes back with its result. `buf` must stay
   // valid until Submit() returns. False when the ring is full (submit first).
   bool QueueRecv(int fd, char* buf, size_t len, uint64_t tag);
+  // Queues send(fd, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL): the result is the bytes the socket
+  // took (fewer than `len` when its buffer filled), or -errno (-EAGAIN: full). A kernel older
+  // than the send operation (5.6) fails it with -EINVAL.
+  bool QueueSend(int fd, const char* buf, size_t len, uint64_t tag);
 
   // Runs everything queued and calls done(tag, result) once per operation, in completion order;
-  // result is the byte count, 0 at end of stream, or -errno. If the kernel refuses the batch as a
-  // whole, each operation gets -EAGAIN (the sockets stay readable, so level-triggered epoll
-  // reports them again) and nothing is left queued. Returns the number of operations completed.
+  // result is the byte count, 0 at end of stream, or -errno. An operation the kernel did not take
+  // (it refused the batch as a whole) gets -ECANCELED: it never ran, and the caller does it
+  // itself (with edge-triggered epoll nothing would report the socket again). Nothing is left
+  // queued. Returns the number of operations completed.
   unsigned Submit(absl::FunctionRef<void(uint64_t tag, ssize_t result)> done);
 
  private:
   IoRing() = default;
   unsigned Reap(absl::FunctionRef<void(uint64_t, ssize_t)> done);
+  bool Queue(uint8_t opcode, int fd, uint64_t addr, size_t len, int flags, uint64_t tag);
 
   int fd_ = -1;
   unsigned sq_entries_ = 0;

@@ -57,6 +57,8 @@ void Usage(FILE* out) {
           "                           instead of being woken for each (default 20; 0: off)\n"
           "  --disable-read-batching  read each ready socket with its own recv(2) instead of\n"
           "                           all of an epoll batch in one io_uring_enter(2)\n"
+          "  --disable-write-batching send each connection's output with its own send(2)\n"
+          "                           instead of all of a flush's in one io_uring_enter(2)\n"
           "  --version, -h/--help\n");
 }
 
@@ -140,6 +142,8 @@ int main(int argc, char** argv) {
           static_cast<uint32_t>(IntFlag("--batch-wait-us", next("--batch-wait-us"), 0, 1000));
     } else if (arg == "--disable-read-batching") {
       options.read_batching = false;
+    } else if (arg == "--disable-write-batching") {
+      options.write_batching = false;
     } else if (arg == "--disable-splice") {
       rpx::Splicer::SetEnabled(false);
     } else if (arg == "--disable-fast-parse") {

@@ -48,6 +48,7 @@ Connection::Connection(Dispatcher& dispatcher, int fd, bool connecting, uint32_t
       linger_after_flush_(false),
       self_owned_(false),
       peer_closed_(false),
+      send_full_(false),
       transport_(&RawTransport::Instance()),
       // Edge-triggered: DoRead reads until a short read (drained) or activates itself again.
       file_event_(dispatcher, fd, connecting ? FileEvent::kWrite : FileEvent::kRead, this,
@@ -122,7 +123,34 @@ void Connection::ScheduleWrite() {
 
 void Connection::Flush() {
   flush_scheduled_ = false;
-  if (state_ == State::kOpen || state_ == State::kClosingAfterFlush) DoWrite();
+  bool full = send_full_;
+  send_full_ = false;
+  // After a short or refused batched send, another send now would only fail: the socket's
+  // write readiness (edge-triggered, armed below by UpdateInterest) resumes it.
+  if (state_ == State::kOpen || state_ == State::kClosingAfterFlush) DoWrite(!full);
+}
+
+bool Connection::WriteAheadBuffer(int* fd, const char** buf, size_t* len) {
+  if ((state_ != State::kOpen && state_ != State::kClosingAfterFlush) || write_buffer_.empty() ||
+      transport_ != &RawTransport::Instance()) {
+    return false;
+  }
+  *fd = fd_;
+  *buf = write_buffer_.data();
+  *len = write_buffer_.size();
+  return true;
+}
+
+void Connection::OnWriteAhead(ssize_t result) {
+  if (result > 0) {
+    size_t offered = write_buffer_.size();
+    write_buffer_.Drain(result);
+    send_full_ = static_cast<size_t>(result) < offered;
+  } else {
+    // -EAGAIN: full. An error, or -ECANCELED (never sent), is left to Flush()'s own send, which
+    // meets the error again and closes, or sends.
+    send_full_ = result == -EAGAIN;
+  }
 }
 
 void Connection::ReadDisable(bool disable) {
@@ -254,6 +282,7 @@ bool Connection::ReadAheadBuffer(char** buf, size_t* len) {
 }
 
 void Connection::OnReadAhead(ssize_t result) {
+  if (result == -ECANCELED) return;  // never ran: DoRead reads the socket itself
   if (result > 0) read_buffer_.Commit(result);
   read_ahead_ = static_cast<int32_t>(result);
 }
@@ -310,8 +339,8 @@ void Connection::DoRead(int32_t ahead) {
   if (read_buffer_.empty()) read_buffer_.ReleaseIfEmpty();
 }
 
-void Connection::DoWrite() {
-  while (!write_buffer_.empty()) {
+void Connection::DoWrite(bool try_send) {
+  while (try_send && !write_buffer_.empty()) {
     ssize_t n = transport_->Write(fd_, write_buffer_.data(), write_buffer_.size());
     if (n > 0) {
       write_buffer_.Drain(n);

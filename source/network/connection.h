@@ -107,6 +107,10 @@ class Connection : public DeferredDeletable, public Flushable {
   int fd() const { return fd_; }
 
   void Flush() override;
+  // Write batching (Dispatcher::SetWriteBatching): the bytes buffered for the socket, if it is
+  // plaintext and open for writing, and how much of them the batched send took.
+  bool WriteAheadBuffer(int* fd, const char** buf, size_t* len) override;
+  void OnWriteAhead(ssize_t result) override;
 
   // Read batching (Dispatcher::SetReadBatching), called by the file event: where the next read
   // may go (plaintext connections that want to read now), and its result, which the next
@@ -124,7 +128,7 @@ class Connection : public DeferredDeletable, public Flushable {
   void OnFileEvent(uint32_t events);
   void DoRead(int32_t ahead);
   size_t NextReadSize() const;
-  void DoWrite();
+  void DoWrite(bool try_send = true);
   void CloseNow(ConnectionEvent event, bool notify);
   void UpdateInterest();
   void UpdateTrigger();
@@ -144,6 +148,7 @@ class Connection : public DeferredDeletable, public Flushable {
   bool linger_after_flush_ : 1;
   bool self_owned_ : 1;   // released by its owner while closing; frees itself when closed
   bool peer_closed_ : 1;  // the peer shut down its side (reads go on until end of stream)
+  bool send_full_ : 1;    // a batched send just found the socket's buffer full
   ConnectionCallbacks* callbacks_ = nullptr;
   // RawTransport's shared instance (it has no state); TLS will own a per-connection one.
   TransportSocket* transport_;

@@ -102,6 +102,7 @@ int RunServer(const ServerOptions& options) {
     worker_list[w]->set_drain_ms(options.drain_time_ms);
     worker_list[w]->dispatcher().SetBatchWait(options.batch_wait_us);
     worker_list[w]->dispatcher().SetReadBatching(options.read_batching);
+    worker_list[w]->dispatcher().SetWriteBatching(options.write_batching);
     worker_list[w]->Start(clusters);
   }
   auto stop_workers = [&] {

@@ -18,6 +18,7 @@ struct ServerOptions {
   uint64_t drain_time_ms = 5000;  // how long a removed listener's connections may finish
   uint32_t batch_wait_us = 20;    // workers' batching sleep (Dispatcher::SetBatchWait); 0: off
   bool read_batching = true;      // workers read each epoll batch in one io_uring_enter
+  bool write_batching = true;     // and send each flush's writes in one io_uring_enter
 };
 
 // Runs until stopped; returns the process exit code. Errors go to stderr.

@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -214,8 +215,112 @@ TEST(ConnectionTest, ReadBatchingKeepsBytesOfAConnectionDisabledMidBatch) {
   close(pb.peer);
 }
 
-// Without read batching (the default, and rpx --disable-read-batching) nothing goes through the
-// ring.
+// Write batching: the writes scheduled for one flush leave in one io_uring_enter, and each peer
+// gets exactly its own bytes.
+TEST(ConnectionTest, WriteBatchingSendsAFlushsWritesInOneSubmission) {
+  if (!IoUringAvailable()) GTEST_SKIP() << "io_uring unavailable: send(2) is used instead";
+  Dispatcher d("t");
+  d.SetWriteBatching(true);
+  constexpr int kConns = 4;
+  TcpPair pairs[kConns];
+  std::unique_ptr<Connection> conns[kConns];
+  for (int i = 0; i < kConns; ++i) {
+    pairs[i] = MakeTcpPair();
+    ASSERT_GE(pairs[i].ours, 0);
+    conns[i] = std::make_unique<Connection>(d, pairs[i].ours, false, 1 << 20);
+    conns[i]->Write("response " + std::to_string(i) + std::string(100 * i, 'y'));
+  }
+  d.RunUntil([&] { return d.write_batches() > 0; }, 5000);
+  EXPECT_EQ(d.write_batches(), 1u);
+  EXPECT_EQ(d.batched_writes(), static_cast<uint64_t>(kConns));
+  for (int i = 0; i < kConns; ++i) {
+    std::string want = "response " + std::to_string(i) + std::string(100 * i, 'y');
+    std::string got(want.size(), '\0');
+    ASSERT_EQ(recv(pairs[i].peer, &got[0], got.size(), MSG_WAITALL),
+              static_cast<ssize_t>(want.size()));
+    EXPECT_EQ(got, want);
+    EXPECT_TRUE(conns[i]->write_buffer().empty());
+    EXPECT_FALSE(conns[i]->closed());
+    char extra;
+    EXPECT_EQ(recv(pairs[i].peer, &extra, 1, MSG_DONTWAIT), -1) << "bytes sent twice";
+    close(pairs[i].peer);
+  }
+}
+
+// A batched send the socket cannot take whole leaves the rest buffered, and the socket's write
+// readiness (not another send in the same flush) resumes it once the peer reads: every byte
+// arrives, in order, and a close waiting for the flush happens after the last.
+TEST(ConnectionTest, WriteBatchingResumesAConnectionWhoseSocketFilled) {
+  if (!IoUringAvailable()) GTEST_SKIP() << "io_uring unavailable: send(2) is used instead";
+  Dispatcher d("t");
+  d.SetWriteBatching(true);
+  TcpPair big = MakeTcpPair(), small = MakeTcpPair();
+  ASSERT_GE(big.ours, 0);
+  ASSERT_GE(small.ours, 0);
+  int buf = 16 << 10;
+  setsockopt(big.ours, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
+  setsockopt(big.peer, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
+  Connection a(d, big.ours, false, 64 << 20), b(d, small.ours, false, 1 << 20);
+  std::string payload(4 << 20, '\0');
+  for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<char>('a' + i % 23);
+  a.Write(payload);
+  b.Write("small");
+  d.RunUntil([&] { return d.write_batches() > 0; }, 5000);
+  ASSERT_EQ(d.batched_writes(), 2u);
+  ASSERT_FALSE(a.write_buffer().empty()) << "4 MiB cannot have fit in a 16 KiB socket";
+  ASSERT_LT(a.write_buffer().size(), payload.size()) << "the batched send took nothing";
+  a.Close(Connection::CloseType::kFlushWrite, false);
+  char got_small[5];
+  ASSERT_EQ(recv(small.peer, got_small, 5, MSG_WAITALL), 5);
+  EXPECT_EQ(std::string(got_small, 5), "small");
+  // Read on another thread while the loop sends the rest.
+  std::string received;
+  std::thread reader([&] {
+    char chunk[64 << 10];
+    for (;;) {
+      ssize_t n = recv(big.peer, chunk, sizeof(chunk), 0);
+      if (n <= 0) break;
+      received.append(chunk, n);
+    }
+  });
+  d.RunUntil([&] { return a.closed(); }, 10000);
+  reader.join();  // ends at the close's end of stream
+  EXPECT_TRUE(a.closed());
+  EXPECT_EQ(received.size(), payload.size());
+  EXPECT_TRUE(received == payload) << "bytes out of order or lost";
+  close(big.peer);
+  close(small.peer);
+}
+
+// A batched send to a peer that reset the connection fails; the connection then closes as a
+// remote close, exactly as after a failed send(2).
+TEST(ConnectionTest, WriteBatchingClosesAConnectionThePeerReset) {
+  if (!IoUringAvailable()) GTEST_SKIP() << "io_uring unavailable: send(2) is used instead";
+  Dispatcher d("t");
+  d.SetWriteBatching(true);
+  TcpPair gone = MakeTcpPair(), fine = MakeTcpPair();
+  ASSERT_GE(gone.ours, 0);
+  ASSERT_GE(fine.ours, 0);
+  Connection a(d, gone.ours, false, 1 << 20), b(d, fine.ours, false, 1 << 20);
+  Recorder ra, rb;
+  a.SetCallbacks(&ra);
+  b.SetCallbacks(&rb);
+  struct linger reset = {1, 0};
+  setsockopt(gone.peer, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
+  close(gone.peer);  // RST
+  a.Write("to nobody");
+  b.Write("to somebody");
+  ASSERT_TRUE(d.RunUntil([&] { return a.closed(); }, 5000));
+  EXPECT_EQ(ra.events, std::vector<ConnectionEvent>{ConnectionEvent::kRemoteClose});
+  EXPECT_GE(d.write_batches(), 1u);
+  char got[11];
+  ASSERT_EQ(recv(fine.peer, got, sizeof(got), MSG_WAITALL), 11);
+  EXPECT_EQ(std::string(got, 11), "to somebody");
+  EXPECT_FALSE(b.closed());
+  EXPECT_TRUE(rb.events.empty());
+  close(fine.peer);
+}
+
 // Connections are edge-triggered: readiness is reported once. Bytes and the peer's end of stream
 // that arrive together are one report, and a short read of the bytes must not end the reading
 // there (the end of stream would never be reported again).
@@ -261,7 +366,9 @@ TEST(ConnectionTest, ABurstLargerThanOneEventsReadIsDeliveredWhole) {
   close(p.peer);
 }
 
-TEST(ConnectionTest, WithoutReadBatchingTheRingIsNotUsed) {
+// Without read and write batching (the dispatcher's default; rpx --disable-read-batching and
+// --disable-write-batching) nothing goes through the ring.
+TEST(ConnectionTest, WithoutBatchingTheRingIsNotUsed) {
   Dispatcher d("t");
   TcpPair p1 = MakeTcpPair(), p2 = MakeTcpPair();
   ASSERT_GE(p1.ours, 0);
@@ -274,6 +381,14 @@ TEST(ConnectionTest, WithoutReadBatchingTheRingIsNotUsed) {
   ASSERT_EQ(send(p2.peer, "two", 3, 0), 3);
   ASSERT_TRUE(d.RunUntil([&] { return r1.data == "one" && r2.data == "two"; }, 5000));
   EXPECT_EQ(d.batched_reads(), 0u);
+  c1.Write("three");
+  c2.Write("four");
+  d.RunUntil([] { return false; }, 20);
+  char got[9];
+  ASSERT_EQ(recv(p1.peer, got, 5, MSG_WAITALL), 5);
+  ASSERT_EQ(recv(p2.peer, got + 5, 4, MSG_WAITALL), 4);
+  EXPECT_EQ(std::string(got, 9), "threefour");
+  EXPECT_EQ(d.batched_writes(), 0u);
   close(p1.peer);
   close(p2.peer);
 }
