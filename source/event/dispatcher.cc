@@ -419,8 +419,9 @@ void Dispatcher::WriteAhead() {
     int fd;
     const char* buf;
     size_t len;
-    if (flush_[i] && flush_[i]->WriteAheadBuffer(&fd, &buf, &len)) {
-      ring_->QueueSend(fd, buf, len, i);
+    bool end_follows = false;
+    if (flush_[i] && flush_[i]->WriteAheadBuffer(&fd, &buf, &len, &end_follows)) {
+      ring_->QueueSend(fd, buf, len, i, end_follows);
     }
   }
   if (ring_->queued() == 0) return;

@@ -166,13 +166,15 @@ class DeferredDeletable {
 // syscall, and the writes of neighbouring events reach their peers together.
 // With write batching (Dispatcher::SetWriteBatching) the loop first sends what every scheduled
 // Flushable offers in one io_uring_enter(2): WriteAheadBuffer says which socket and bytes (false:
-// not now), OnWriteAhead gets the result (bytes taken, or -errno; -ECANCELED: not sent at all),
-// and Flush() follows as always, to finish what the batched send left.
+// not now) and whether the stream ends right after them (sent with MSG_MORE, see RawTransport),
+// OnWriteAhead gets the result (bytes taken, or -errno; -ECANCELED: not sent at all), and Flush()
+// follows as always, to finish what the batched send left.
 class Flushable {
  public:
   virtual ~Flushable() = default;
   virtual void Flush() = 0;
-  virtual bool WriteAheadBuffer(int* /*fd*/, const char** /*buf*/, size_t* /*len*/) {
+  virtual bool WriteAheadBuffer(int* /*fd*/, const char** /*buf*/, size_t* /*len*/,
+                                bool* /*end_follows*/) {
     return false;
   }
   virtual void OnWriteAhead(ssize_t /*result*/) {}

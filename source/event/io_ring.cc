@@ -92,9 +92,9 @@ bool IoRing::QueueRecv(int fd, char* buf, size_t len, uint64_t tag) {
   return Queue(IORING_OP_RECV, fd, reinterpret_cast<uint64_t>(buf), len, MSG_DONTWAIT, tag);
 }
 
-bool IoRing::QueueSend(int fd, const char* buf, size_t len, uint64_t tag) {
+bool IoRing::QueueSend(int fd, const char* buf, size_t len, uint64_t tag, bool more) {
   return Queue(IORING_OP_SEND, fd, reinterpret_cast<uint64_t>(buf), len,
-               MSG_DONTWAIT | MSG_NOSIGNAL, tag);
+               MSG_DONTWAIT | MSG_NOSIGNAL | (more ? MSG_MORE : 0), tag);
 }
 
 bool IoRing::Queue(uint8_t opcode, int fd, uint64_t addr, size_t len, int flags, uint64_t tag) {

@@ -36,10 +36,10 @@ class IoRing {
   // Queues recv(fd, buf, len, MSG_DONTWAIT); `tag` comes back with its result. `buf` must stay
   // valid until Submit() returns. False when the ring is full (submit first).
   bool QueueRecv(int fd, char* buf, size_t len, uint64_t tag);
-  // Queues send(fd, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL): the result is the bytes the socket
-  // took (fewer than `len` when its buffer filled), or -errno (-EAGAIN: full). A kernel older
-  // than the send operation (5.6) fails it with -EINVAL.
-  bool QueueSend(int fd, const char* buf, size_t len, uint64_t tag);
+  // Queues send(fd, buf, len, MSG_DONTWAIT | MSG_NOSIGNAL, plus MSG_MORE with `more`): the
+  // result is the bytes the socket took (fewer than `len` when its buffer filled), or -errno
+  // (-EAGAIN: full). A kernel older than the send operation (5.6) fails it with -EINVAL.
+  bool QueueSend(int fd, const char* buf, size_t len, uint64_t tag, bool more = false);
 
   // Runs everything queued and calls done(tag, result) once per operation, in completion order;
   // result is the byte count, 0 at end of stream, or -errno. An operation the kernel did not take

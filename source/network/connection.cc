@@ -30,8 +30,8 @@ ssize_t RawTransport::Read(int fd, char* buf, size_t len) {
   return n >= 0 ? n : -errno;
 }
 
-ssize_t RawTransport::Write(int fd, const char* buf, size_t len) {
-  ssize_t n = ::send(fd, buf, len, MSG_NOSIGNAL);
+ssize_t RawTransport::Write(int fd, const char* buf, size_t len, bool end_follows) {
+  ssize_t n = ::send(fd, buf, len, MSG_NOSIGNAL | (end_follows ? MSG_MORE : 0));
   return n >= 0 ? n : -errno;
 }
 
@@ -96,7 +96,7 @@ void Connection::WriteThrough(const char* data, size_t len) {
   }
   size_t sent = 0;
   while (sent < len) {
-    ssize_t n = transport_->Write(fd_, data + sent, len - sent);
+    ssize_t n = transport_->Write(fd_, data + sent, len - sent, false);
     if (n > 0) {
       sent += n;
       continue;
@@ -130,7 +130,7 @@ void Connection::Flush() {
   if (state_ == State::kOpen || state_ == State::kClosingAfterFlush) DoWrite(!full);
 }
 
-bool Connection::WriteAheadBuffer(int* fd, const char** buf, size_t* len) {
+bool Connection::WriteAheadBuffer(int* fd, const char** buf, size_t* len, bool* end_follows) {
   if ((state_ != State::kOpen && state_ != State::kClosingAfterFlush) || write_buffer_.empty() ||
       transport_ != &RawTransport::Instance()) {
     return false;
@@ -138,6 +138,7 @@ bool Connection::WriteAheadBuffer(int* fd, const char** buf, size_t* len) {
   *fd = fd_;
   *buf = write_buffer_.data();
   *len = write_buffer_.size();
+  *end_follows = state_ == State::kClosingAfterFlush;
   return true;
 }
 
@@ -341,7 +342,8 @@ void Connection::DoRead(int32_t ahead) {
 
 void Connection::DoWrite(bool try_send) {
   while (try_send && !write_buffer_.empty()) {
-    ssize_t n = transport_->Write(fd_, write_buffer_.data(), write_buffer_.size());
+    ssize_t n = transport_->Write(fd_, write_buffer_.data(), write_buffer_.size(),
+                                  state_ == State::kClosingAfterFlush);
     if (n > 0) {
       write_buffer_.Drain(n);
       continue;
@@ -411,11 +413,7 @@ void Connection::Close(CloseType type, bool notify) {
       return;
     }
     state_ = State::kClosingAfterFlush;
-    UpdateInterest();
-    if (!flush_scheduled_) {
-      flush_scheduled_ = true;
-      dispatcher().ScheduleFlush(this);
-    }
+    FlushBeforeClosing();
     return;
   }
   if (type != CloseType::kNoFlush && !write_buffer_.empty() && state_ == State::kOpen) {
@@ -423,14 +421,21 @@ void Connection::Close(CloseType type, bool notify) {
     // Stop delivering reads; the socket closes once the buffer is written.
     if (notify && callbacks_) callbacks_->OnEvent(ConnectionEvent::kLocalClose);
     callbacks_ = nullptr;
-    UpdateInterest();
-    if (!flush_scheduled_) {
-      flush_scheduled_ = true;
-      dispatcher().ScheduleFlush(this);
-    }
+    FlushBeforeClosing();
     return;
   }
   CloseNow(ConnectionEvent::kLocalClose, notify);
+}
+
+void Connection::FlushBeforeClosing() {
+  // With a flush already scheduled (a response just written: the usual case), interest stays as
+  // it is: the flush writes the rest and closes, or sets interest itself if the socket cannot
+  // take it all. Arming write readiness here would cost an epoll_ctl, and the report it brings
+  // would send the bytes outside the flush's batch.
+  if (flush_scheduled_) return;
+  UpdateInterest();
+  flush_scheduled_ = true;
+  dispatcher().ScheduleFlush(this);
 }
 
 void Connection::CloseNow(ConnectionEvent event, bool notify) {

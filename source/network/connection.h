@@ -31,18 +31,23 @@ class ConnectionCallbacks {
 };
 
 // Reads and writes bytes for a connection. Returns bytes moved, 0 on EOF (read), or -errno.
+// `end_follows`: the connection ends its stream right after these bytes (it closes, or shuts down
+// its sending side), so they may leave together with the end of stream.
 class TransportSocket {
  public:
   virtual ~TransportSocket() = default;
   virtual ssize_t Read(int fd, char* buf, size_t len) = 0;
-  virtual ssize_t Write(int fd, const char* buf, size_t len) = 0;
+  virtual ssize_t Write(int fd, const char* buf, size_t len, bool end_follows) = 0;
 };
 
+// Plaintext. With end_follows the bytes are sent with MSG_MORE: TCP holds a short last segment
+// back, and the FIN that close(2) or shutdown(2) sends next rides in it instead of following in a
+// segment of its own (one packet less per closed connection for the peer to take in).
 class RawTransport : public TransportSocket {
  public:
   static RawTransport& Instance();  // stateless: one for every plaintext connection
   ssize_t Read(int fd, char* buf, size_t len) override;
-  ssize_t Write(int fd, const char* buf, size_t len) override;
+  ssize_t Write(int fd, const char* buf, size_t len, bool end_follows) override;
 };
 
 // Readiness for a Splicer (splice.h), which moves bytes between two sockets itself.
@@ -109,7 +114,7 @@ class Connection : public DeferredDeletable, public Flushable {
   void Flush() override;
   // Write batching (Dispatcher::SetWriteBatching): the bytes buffered for the socket, if it is
   // plaintext and open for writing, and how much of them the batched send took.
-  bool WriteAheadBuffer(int* fd, const char** buf, size_t* len) override;
+  bool WriteAheadBuffer(int* fd, const char** buf, size_t* len, bool* end_follows) override;
   void OnWriteAhead(ssize_t result) override;
 
   // Read batching (Dispatcher::SetReadBatching), called by the file event: where the next read
@@ -130,6 +135,7 @@ class Connection : public DeferredDeletable, public Flushable {
   size_t NextReadSize() const;
   void DoWrite(bool try_send = true);
   void CloseNow(ConnectionEvent event, bool notify);
+  void FlushBeforeClosing();
   void UpdateInterest();
   void UpdateTrigger();
   void CheckWatermarks();

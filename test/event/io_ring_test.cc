@@ -169,9 +169,7 @@ TEST_F(IoRingTest, ASendToAFullSocketTakesWhatFitsThenCompletesWithEagain) {
 TEST_F(IoRingTest, ASendToAResetConnectionFailsWithoutSigpipe) {
   TcpPair a = MakeTcpPair();
   ASSERT_GE(a.ours, 0);
-  struct linger reset = {1, 0};
-  setsockopt(a.peer, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
-  close(a.peer);  // RST
+  CloseWithReset(a.peer);
   ssize_t result = 0;
   for (int i = 0; i < 3 && result >= 0; ++i) {  // the first may still be taken before the RST
     ASSERT_TRUE(ring_->QueueSend(a.ours, "late", 4, 1));

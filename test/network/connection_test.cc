@@ -4,9 +4,12 @@
 #include "source/network/connection.h"
 
 #include <fcntl.h>
+#include <linux/tcp.h>  // struct tcp_info with tcpi_segs_in (glibc's has not)
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -121,6 +124,30 @@ TEST_F(OneConnectionTest, ADestroyedConnectionTakesItsScheduledFlushWithIt) {
   EXPECT_FALSE(FdOpen(p.ours));
   char buf[8];
   EXPECT_EQ(recv(p.peer, buf, sizeof(buf), 0), 0);  // end of stream, none of the bytes
+}
+
+// TCP segments `fd` has received so far (data, FIN, and ACKs alike).
+uint32_t SegmentsIn(int fd) {
+  struct tcp_info info;
+  memset(&info, 0, sizeof(info));
+  socklen_t len = sizeof(info);
+  getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len);
+  return info.tcpi_segs_in;
+}
+
+// A connection closed once its output is flushed (a response with Connection: close) sends its
+// last bytes and its FIN in one segment: one packet less per closed connection for the peer to
+// take in, and one wake-up less. (Loopback delivers within send, so the count is exact.)
+TEST_F(OneConnectionTest, TheLastBytesBeforeACloseShareTheFinsSegment) {
+  uint32_t before = SegmentsIn(p.peer);
+  c->Write("the last response");
+  c->Close(Connection::CloseType::kFlushWrite, false);
+  ASSERT_TRUE(d->RunUntil([&] { return c->closed(); }, 5000));
+  char buf[32];
+  ASSERT_EQ(recv(p.peer, buf, 17, MSG_WAITALL), 17);
+  EXPECT_EQ(std::string(buf, 17), "the last response");
+  EXPECT_EQ(recv(p.peer, buf, sizeof(buf), 0), 0);  // then the end of stream
+  EXPECT_EQ(SegmentsIn(p.peer) - before, 1u) << "the bytes and the FIN came apart";
 }
 
 // Read batching: the dispatcher reads the sockets of one epoll batch in one io_uring_enter
@@ -247,6 +274,34 @@ TEST(ConnectionTest, WriteBatchingSendsAFlushsWritesInOneSubmission) {
   }
 }
 
+// The same through a batched send: the last bytes of a connection closing after its flush leave
+// with its FIN, and a connection staying open is not held back (its bytes arrive without a close).
+TEST(ConnectionTest, WriteBatchingSendsTheLastBytesBeforeACloseWithTheFin) {
+  if (!IoUringAvailable()) GTEST_SKIP() << "io_uring unavailable: send(2) is used instead";
+  Dispatcher d("t");
+  d.SetWriteBatching(true);
+  TcpPair closing = MakeTcpPair(), open = MakeTcpPair();
+  ASSERT_GE(closing.ours, 0);
+  ASSERT_GE(open.ours, 0);
+  Connection a(d, closing.ours, false, 1 << 20), b(d, open.ours, false, 1 << 20);
+  uint32_t before = SegmentsIn(closing.peer);
+  a.Write("goodbye");
+  b.Write("still here");
+  a.Close(Connection::CloseType::kFlushWrite, false);
+  d.RunUntil([&] { return a.closed(); }, 5000);
+  EXPECT_EQ(d.batched_writes(), 2u) << "the closing connection's bytes did not go through the ring";
+  char buf[16];
+  ASSERT_EQ(recv(closing.peer, buf, 7, MSG_WAITALL), 7);
+  EXPECT_EQ(std::string(buf, 7), "goodbye");
+  EXPECT_EQ(recv(closing.peer, buf, sizeof(buf), 0), 0);
+  EXPECT_EQ(SegmentsIn(closing.peer) - before, 1u) << "the bytes and the FIN came apart";
+  ASSERT_EQ(recv(open.peer, buf, 10, MSG_WAITALL), 10);
+  EXPECT_EQ(std::string(buf, 10), "still here");
+  EXPECT_FALSE(b.closed());
+  close(closing.peer);
+  close(open.peer);
+}
+
 // A batched send the socket cannot take whole leaves the rest buffered, and the socket's write
 // readiness (not another send in the same flush) resumes it once the peer reads: every byte
 // arrives, in order, and a close waiting for the flush happens after the last.
@@ -305,9 +360,7 @@ TEST(ConnectionTest, WriteBatchingClosesAConnectionThePeerReset) {
   Recorder ra, rb;
   a.SetCallbacks(&ra);
   b.SetCallbacks(&rb);
-  struct linger reset = {1, 0};
-  setsockopt(gone.peer, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
-  close(gone.peer);  // RST
+  CloseWithReset(gone.peer);
   a.Write("to nobody");
   b.Write("to somebody");
   ASSERT_TRUE(d.RunUntil([&] { return a.closed(); }, 5000));

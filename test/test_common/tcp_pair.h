@@ -33,4 +33,11 @@ inline TcpPair MakeTcpPair() {
   return p;
 }
 
+// Closes `fd` with a reset (RST) instead of an orderly end of stream (FIN).
+inline void CloseWithReset(int fd) {
+  struct linger reset = {1, 0};
+  setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
+  close(fd);
+}
+
 }  // namespace rpx
