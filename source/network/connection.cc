@@ -358,6 +358,9 @@ void Connection::DoWrite(bool try_send) {
       if (linger_after_flush_) {
         StartLinger();
       } else {
+        // The last bytes went with MSG_MORE and may still be held: shutdown sends them with the
+        // FIN. close(2) alone would discard them if input is waiting unread (it resets then).
+        ::shutdown(fd_, SHUT_WR);
         CloseNow(ConnectionEvent::kLocalClose, false);
       }
       return;
@@ -394,6 +397,10 @@ void Connection::StartLinger() {
   ::shutdown(fd_, SHUT_WR);
   read_buffer_.Clear();
   file_event_.SetInterest(FileEvent::kRead);
+  // Input that arrived before the linger (a client still uploading) was reported while nobody
+  // read it, and edge-triggered epoll will not report it again unless more comes (which a
+  // client blocked on a full socket never sends): discard it on the loop's next pass.
+  file_event_.Activate(FileEvent::kRead);
   linger_timer_ =
       dispatcher().CreateTimer([this] { CloseNow(ConnectionEvent::kLocalClose, false); });
   linger_timer_->Enable(kLingerMs);

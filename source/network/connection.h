@@ -41,8 +41,10 @@ class TransportSocket {
 };
 
 // Plaintext. With end_follows the bytes are sent with MSG_MORE: TCP holds a short last segment
-// back, and the FIN that close(2) or shutdown(2) sends next rides in it instead of following in a
-// segment of its own (one packet less per closed connection for the peer to take in).
+// back, and the FIN that shutdown(2) sends next rides in it instead of following in a segment of
+// its own (one packet less per closed connection for the peer to take in). The caller must end
+// the stream with shutdown(2), not close(2) alone: a close with unread input resets the
+// connection and discards what TCP still holds.
 class RawTransport : public TransportSocket {
  public:
   static RawTransport& Instance();  // stateless: one for every plaintext connection

@@ -150,6 +150,20 @@ TEST_F(OneConnectionTest, TheLastBytesBeforeACloseShareTheFinsSegment) {
   EXPECT_EQ(SegmentsIn(p.peer) - before, 1u) << "the bytes and the FIN came apart";
 }
 
+// The bytes held back for the FIN must still leave when input is waiting unread at the close
+// (a client that sent more than was read, say a request too large): close(2) then resets the
+// connection, which would discard them; rpx shuts the sending side down first.
+TEST_F(OneConnectionTest, TheLastBytesLeaveEvenWhenUnreadInputMakesTheCloseAReset) {
+  ASSERT_EQ(send(p.peer, "more than was read", 18, 0), 18);  // never read: the loop has not run
+  c->Write("431 response");
+  c->Close(Connection::CloseType::kFlushWrite, false);
+  ASSERT_TRUE(d->RunUntil([&] { return c->closed(); }, 5000));
+  char buf[32];
+  ssize_t n = recv(p.peer, buf, 12, MSG_WAITALL);
+  ASSERT_EQ(n, 12) << "the response was lost (" << strerror(errno) << ")";
+  EXPECT_EQ(std::string(buf, 12), "431 response");
+}
+
 // Read batching: the dispatcher reads the sockets of one epoll batch in one io_uring_enter
 // before their events run. Each connection must still see exactly its own bytes and events.
 class Recorder : public ConnectionCallbacks {
