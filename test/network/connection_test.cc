@@ -288,104 +288,104 @@ TEST(ConnectionTest, WriteBatchingSendsAFlushsWritesInOneSubmission) {
   }
 }
 
+// Two loopback pairs on a dispatcher with write batching on, for tests of what one flush sends
+// to two connections; each test makes its Connections on `x.ours` and `y.ours`.
+class WriteBatchingPairTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!IoUringAvailable()) GTEST_SKIP() << "io_uring unavailable: send(2) is used instead";
+    d.SetWriteBatching(true);
+    x = MakeTcpPair();
+    y = MakeTcpPair();
+    ASSERT_GE(x.ours, 0);
+    ASSERT_GE(y.ours, 0);
+  }
+  void TearDown() override {
+    for (int fd : {x.peer, y.peer}) {
+      if (fd >= 0) close(fd);
+    }
+  }
+  // Exactly `n` bytes from `fd` (fewer if the stream ends or fails first).
+  static std::string Receive(int fd, size_t n) {
+    std::string got(n, '\0');
+    ssize_t r = recv(fd, &got[0], n, MSG_WAITALL);
+    got.resize(r > 0 ? r : 0);
+    return got;
+  }
+  Dispatcher d{"t"};
+  TcpPair x, y;
+};
+
 // The same through a batched send: the last bytes of a connection closing after its flush leave
 // with its FIN, and a connection staying open is not held back (its bytes arrive without a close).
-TEST(ConnectionTest, WriteBatchingSendsTheLastBytesBeforeACloseWithTheFin) {
-  if (!IoUringAvailable()) GTEST_SKIP() << "io_uring unavailable: send(2) is used instead";
-  Dispatcher d("t");
-  d.SetWriteBatching(true);
-  TcpPair closing = MakeTcpPair(), open = MakeTcpPair();
-  ASSERT_GE(closing.ours, 0);
-  ASSERT_GE(open.ours, 0);
-  Connection a(d, closing.ours, false, 1 << 20), b(d, open.ours, false, 1 << 20);
-  uint32_t before = SegmentsIn(closing.peer);
-  a.Write("goodbye");
-  b.Write("still here");
-  a.Close(Connection::CloseType::kFlushWrite, false);
-  d.RunUntil([&] { return a.closed(); }, 5000);
+TEST_F(WriteBatchingPairTest, TheLastBytesBeforeACloseLeaveWithTheFin) {
+  Connection closing(d, x.ours, false, 1 << 20), open(d, y.ours, false, 1 << 20);
+  uint32_t before = SegmentsIn(x.peer);
+  closing.Write("goodbye");
+  open.Write("still here");
+  closing.Close(Connection::CloseType::kFlushWrite, false);
+  d.RunUntil([&] { return closing.closed(); }, 5000);
   EXPECT_EQ(d.batched_writes(), 2u) << "the closing connection's bytes did not go through the ring";
-  char buf[16];
-  ASSERT_EQ(recv(closing.peer, buf, 7, MSG_WAITALL), 7);
-  EXPECT_EQ(std::string(buf, 7), "goodbye");
-  EXPECT_EQ(recv(closing.peer, buf, sizeof(buf), 0), 0);
-  EXPECT_EQ(SegmentsIn(closing.peer) - before, 1u) << "the bytes and the FIN came apart";
-  ASSERT_EQ(recv(open.peer, buf, 10, MSG_WAITALL), 10);
-  EXPECT_EQ(std::string(buf, 10), "still here");
-  EXPECT_FALSE(b.closed());
-  close(closing.peer);
-  close(open.peer);
+  EXPECT_EQ(Receive(x.peer, 7), "goodbye");
+  char c;
+  EXPECT_EQ(recv(x.peer, &c, 1, 0), 0);
+  EXPECT_EQ(SegmentsIn(x.peer) - before, 1u) << "the bytes and the FIN came apart";
+  EXPECT_EQ(Receive(y.peer, 10), "still here");
+  EXPECT_FALSE(open.closed());
 }
 
 // A batched send the socket cannot take whole leaves the rest buffered, and the socket's write
 // readiness (not another send in the same flush) resumes it once the peer reads: every byte
 // arrives, in order, and a close waiting for the flush happens after the last.
-TEST(ConnectionTest, WriteBatchingResumesAConnectionWhoseSocketFilled) {
-  if (!IoUringAvailable()) GTEST_SKIP() << "io_uring unavailable: send(2) is used instead";
-  Dispatcher d("t");
-  d.SetWriteBatching(true);
-  TcpPair big = MakeTcpPair(), small = MakeTcpPair();
-  ASSERT_GE(big.ours, 0);
-  ASSERT_GE(small.ours, 0);
+TEST_F(WriteBatchingPairTest, AConnectionWhoseSocketFilledIsResumed) {
   int buf = 16 << 10;
-  setsockopt(big.ours, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
-  setsockopt(big.peer, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
-  Connection a(d, big.ours, false, 64 << 20), b(d, small.ours, false, 1 << 20);
+  setsockopt(x.ours, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
+  setsockopt(x.peer, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
+  Connection big(d, x.ours, false, 64 << 20), small(d, y.ours, false, 1 << 20);
   std::string payload(4 << 20, '\0');
   for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<char>('a' + i % 23);
-  a.Write(payload);
-  b.Write("small");
+  big.Write(payload);
+  small.Write("small");
   d.RunUntil([&] { return d.write_batches() > 0; }, 5000);
   ASSERT_EQ(d.batched_writes(), 2u);
-  ASSERT_FALSE(a.write_buffer().empty()) << "4 MiB cannot have fit in a 16 KiB socket";
-  ASSERT_LT(a.write_buffer().size(), payload.size()) << "the batched send took nothing";
-  a.Close(Connection::CloseType::kFlushWrite, false);
-  char got_small[5];
-  ASSERT_EQ(recv(small.peer, got_small, 5, MSG_WAITALL), 5);
-  EXPECT_EQ(std::string(got_small, 5), "small");
+  ASSERT_FALSE(big.write_buffer().empty()) << "4 MiB cannot have fit in a 16 KiB socket";
+  ASSERT_LT(big.write_buffer().size(), payload.size()) << "the batched send took nothing";
+  big.Close(Connection::CloseType::kFlushWrite, false);
+  EXPECT_EQ(Receive(y.peer, 5), "small");
   // Read on another thread while the loop sends the rest.
   std::string received;
   std::thread reader([&] {
     char chunk[64 << 10];
     for (;;) {
-      ssize_t n = recv(big.peer, chunk, sizeof(chunk), 0);
+      ssize_t n = recv(x.peer, chunk, sizeof(chunk), 0);
       if (n <= 0) break;
       received.append(chunk, n);
     }
   });
-  d.RunUntil([&] { return a.closed(); }, 10000);
+  d.RunUntil([&] { return big.closed(); }, 10000);
   reader.join();  // ends at the close's end of stream
-  EXPECT_TRUE(a.closed());
+  EXPECT_TRUE(big.closed());
   EXPECT_EQ(received.size(), payload.size());
   EXPECT_TRUE(received == payload) << "bytes out of order or lost";
-  close(big.peer);
-  close(small.peer);
 }
 
 // A batched send to a peer that reset the connection fails; the connection then closes as a
 // remote close, exactly as after a failed send(2).
-TEST(ConnectionTest, WriteBatchingClosesAConnectionThePeerReset) {
-  if (!IoUringAvailable()) GTEST_SKIP() << "io_uring unavailable: send(2) is used instead";
-  Dispatcher d("t");
-  d.SetWriteBatching(true);
-  TcpPair gone = MakeTcpPair(), fine = MakeTcpPair();
-  ASSERT_GE(gone.ours, 0);
-  ASSERT_GE(fine.ours, 0);
-  Connection a(d, gone.ours, false, 1 << 20), b(d, fine.ours, false, 1 << 20);
-  Recorder ra, rb;
-  a.SetCallbacks(&ra);
-  b.SetCallbacks(&rb);
-  CloseWithReset(gone.peer);
-  a.Write("to nobody");
-  b.Write("to somebody");
-  ASSERT_TRUE(d.RunUntil([&] { return a.closed(); }, 5000));
-  EXPECT_EQ(ra.events, std::vector<ConnectionEvent>{ConnectionEvent::kRemoteClose});
+TEST_F(WriteBatchingPairTest, AConnectionThePeerResetCloses) {
+  Connection gone(d, x.ours, false, 1 << 20), fine(d, y.ours, false, 1 << 20);
+  Recorder rgone, rfine;
+  gone.SetCallbacks(&rgone);
+  fine.SetCallbacks(&rfine);
+  CloseWithReset(x.peer);
+  x.peer = -1;
+  gone.Write("to nobody");
+  fine.Write("to somebody");
+  ASSERT_TRUE(d.RunUntil([&] { return gone.closed(); }, 5000));
+  EXPECT_EQ(rgone.events, std::vector<ConnectionEvent>{ConnectionEvent::kRemoteClose});
   EXPECT_GE(d.write_batches(), 1u);
-  char got[11];
-  ASSERT_EQ(recv(fine.peer, got, sizeof(got), MSG_WAITALL), 11);
-  EXPECT_EQ(std::string(got, 11), "to somebody");
-  EXPECT_FALSE(b.closed());
-  EXPECT_TRUE(rb.events.empty());
-  close(fine.peer);
+  EXPECT_EQ(Receive(y.peer, 11), "to somebody");
+  EXPECT_FALSE(fine.closed());
+  EXPECT_TRUE(rfine.events.empty());
 }
 
 // Connections are edge-triggered: readiness is reported once. Bytes and the peer's end of stream
