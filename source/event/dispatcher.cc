@@ -376,22 +376,20 @@ int Dispatcher::Poll(struct epoll_event* events, int max_events, int timeout_ms)
 // Must hold one whole epoll batch (RunOnce's kMaxEvents).
 constexpr unsigned kRingEntries = 256;
 
-bool Dispatcher::EnsureRing(const char* what) {
+bool Dispatcher::EnsureRing() {
   if (ring_) return true;
   ring_ = IoRing::Create(kRingEntries);
   if (ring_ && ring_->capacity() >= kRingEntries) return true;
-  RPX_LOG(kWarn, "%s: io_uring unavailable (%s); %s", name_.c_str(),
-          ring_ ? "ring too small" : strerror(errno), what);
+  RPX_LOG(kWarn, "%s: io_uring unavailable (%s); reading and sending socket by socket",
+          name_.c_str(), ring_ ? "ring too small" : strerror(errno));
   ring_.reset();
+  read_batching_ = false;
+  write_batching_ = false;
   return false;
 }
 
 void Dispatcher::ReadAhead(struct epoll_event* events, int n) {
-  if (!EnsureRing("reading sockets one by one")) {
-    read_batching_ = false;
-    write_batching_ = false;
-    return;
-  }
+  if (!EnsureRing()) return;
   for (int i = 0; i < n; ++i) {
     auto* fe = static_cast<FileEvent*>(events[i].data.ptr);
     if (fe == nullptr || fe->fd_ < 0) continue;
@@ -408,11 +406,7 @@ void Dispatcher::ReadAhead(struct epoll_event* events, int n) {
 }
 
 void Dispatcher::WriteAhead() {
-  if (!EnsureRing("sending to sockets one by one")) {
-    read_batching_ = false;
-    write_batching_ = false;
-    return;
-  }
+  if (!EnsureRing()) return;
   // The first ring's worth; the rest (rare: a batch is at most that many events) send as before.
   size_t n = std::min<size_t>(flush_.size(), ring_->capacity());
   for (size_t i = 0; i < n; ++i) {

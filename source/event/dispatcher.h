@@ -243,7 +243,6 @@ class Dispatcher {
   // the kernel refuses io_uring (or its send operation) the loop logs it once and sends with
   // send(2).
   void SetWriteBatching(bool on) { write_batching_ = on; }
-  bool write_batching() const { return write_batching_; }
   uint64_t batched_writes() const { return batched_writes_; }
   uint64_t write_batches() const { return write_batches_; }
 
@@ -290,7 +289,8 @@ class Dispatcher {
   int Poll(struct epoll_event* events, int max_events, int timeout_ms);
   void ReadAhead(struct epoll_event* events, int n);
   void WriteAhead();
-  bool EnsureRing(const char* what);
+  // Creates the ring at first use; where the kernel refuses it, turns read and write batching off.
+  bool EnsureRing();
   void EndOrphans();
 
   std::string name_;

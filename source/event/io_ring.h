@@ -10,7 +10,7 @@
 // fails with -EAGAIN) inline instead of parking it, so Submit() returns with every queued
 // operation done and no buffer is ever referenced by the kernel afterwards. Owned by one Dispatcher
 // and used only on its thread. Create() returns nullptr where the kernel has no io_uring or refuses
-// it (seccomp in containers, kernel.io_uring_disabled): callers then read with recv(2) as before.
+// it (seccomp in containers, kernel.io_uring_disabled): callers then use recv(2) and send(2).
 #pragma once
 
 #include <sys/types.h>

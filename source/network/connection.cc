@@ -132,7 +132,7 @@ void Connection::Flush() {
 
 bool Connection::WriteAheadBuffer(int* fd, const char** buf, size_t* len, bool* end_follows) {
   if ((state_ != State::kOpen && state_ != State::kClosingAfterFlush) || write_buffer_.empty() ||
-      transport_ != &RawTransport::Instance()) {
+      !plaintext_) {
     return false;
   }
   *fd = fd_;
@@ -271,8 +271,8 @@ size_t Connection::NextReadSize() const {
 
 bool Connection::ReadAheadBuffer(char** buf, size_t* len) {
   // Only where DoRead would read the socket next, with recv(2) on the raw bytes.
-  if (state_ != State::kOpen || read_disabled_ || splice_source_ ||
-      transport_ != &RawTransport::Instance() || read_ahead_ != kNoReadAhead) {
+  if (state_ != State::kOpen || read_disabled_ || splice_source_ || !plaintext_ ||
+      read_ahead_ != kNoReadAhead) {
     return false;
   }
   size_t want = NextReadSize();

@@ -24,6 +24,7 @@ def rss_mib(pid):
 
 
 class BodiesTest(IntegrationTestCase):
+    extra_args = ()  # rpx flags (UnbatchedBodiesTest runs the same cases with others)
 
     @classmethod
     def setUpClass(cls):
@@ -44,7 +45,7 @@ class BodiesTest(IntegrationTestCase):
         self.proxy = self.start_rpx(bootstrap(
             [http_listener("ingress", self.port,
                            [virtual_host("all", ["*"], [route("/", "E", timeout="20s")])])],
-            [cluster("E", self.echo.port)]))
+            [cluster("E", self.echo.port)]), extra_args=self.extra_args)
 
     def url(self, path):
         return "http://127.0.0.1:%d%s" % (self.port, path)
@@ -316,6 +317,12 @@ class SplicedBodyKeepsTheStreamAliveTest(IntegrationTestCase):
         self.assertEqual(sha256(bytes(data[head_len:])), sha256(det_bytes(BIG)))
         self.assertEqual(proxy.stat("cluster.E.upstream_rq_body_spliced"), 1)
         self.assertEqual(proxy.stat("http.ingress.downstream_rq_idle_timeout"), 0)
+
+
+class UnbatchedBodiesTest(BodiesTest):
+    """Every case above again with each socket read by recv(2) and written by send(2), one by
+    one, as where the kernel refuses io_uring: the path the batched reads and sends replace."""
+    extra_args = ("--disable-read-batching", "--disable-write-batching")
 
 
 class CopiedBodiesTest(IntegrationTestCase):
