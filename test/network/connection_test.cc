@@ -164,6 +164,33 @@ TEST_F(OneConnectionTest, TheLastBytesLeaveEvenWhenUnreadInputMakesTheCloseARese
   EXPECT_EQ(std::string(buf, 12), "431 response");
 }
 
+// A batched send the kernel never ran (-ECANCELED: it refused the batch, or the dispatcher gave
+// up on a kernel without the send operation) or that failed is not the last word: the same
+// loop pass's Flush() sends the bytes itself, rather than waiting a pass for write readiness
+// that a socket which never filled only reports because the interest changed. (Driven by hand:
+// a real kernel does not refuse.)
+TEST_F(OneConnectionTest, ABatchedSendThatNeverRanIsSentByTheFlushOfTheSamePass) {
+  for (ssize_t result : {ssize_t{-ECANCELED}, ssize_t{-EINVAL}}) {
+    c->Write("response");  // schedules the flush
+    int fd;
+    const char* buf;
+    size_t len;
+    bool end_follows;
+    ASSERT_TRUE(c->WriteAheadBuffer(&fd, &buf, &len, &end_follows));
+    EXPECT_EQ(fd, p.ours);
+    EXPECT_EQ(std::string(buf, len), "response");
+    EXPECT_FALSE(end_follows);
+    c->OnWriteAhead(result);
+    int passes = 0;
+    d->RunUntil([&] { return passes++ == 1; }, 5000);  // exactly one loop pass
+    char got[16];
+    ssize_t n = recv(p.peer, got, sizeof(got), MSG_DONTWAIT);
+    ASSERT_EQ(n, 8) << "result " << result << ": not sent";
+    EXPECT_EQ(std::string(got, 8), "response");
+    EXPECT_TRUE(c->write_buffer().empty());
+  }
+}
+
 // Read batching: the dispatcher reads the sockets of one epoll batch in one io_uring_enter
 // before their events run. Each connection must still see exactly its own bytes and events.
 class Recorder : public ConnectionCallbacks {
