@@ -1,5 +1,5 @@
-# Payloads and configuration writers of the benchmark rig, shared by bench/run.sh and
-# bench/callgrind.sh (sourced, not run). The writers read these globals: NOFILE (fd limit),
+# Payloads, configuration writers and small helpers of the benchmark rig, shared by bench/run.sh,
+# bench/callgrind.sh and bench/wakeups.sh (sourced, not run). The writers read these globals: NOFILE (fd limit),
 # TMP (temp dir; the origin serves $TMP/www), UPSTREAM_PORT (the origin port a proxy forwards to),
 # HAPROXY_MAXCONN.
 
@@ -190,3 +190,17 @@ $(awk -v n="$extra" 'BEGIN { for (i = 0; i < n; i++) printf "            - {name
 EOF
 }
 
+# Wait until 127.0.0.1:PORT accepts, while PID is alive; bounded.
+wait_port() {  # $1 port $2 pid [$3 seconds, default 15]
+  local port=$1 pid=$2 secs=${3:-15} i
+  for i in $(seq 1 $((secs * 10))); do
+    kill -0 "$pid" 2>/dev/null || return 1
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
+    sleep 0.1
+  done
+  return 1
+}
+
+# Busy ticks from /proc/stat (user nice system irq softirq steal): of CPU $1, or with no argument
+# of the whole machine.
+cpu_busy_ticks() { awk -v c="cpu${1:-}" '$1 == c {print $2 + $3 + $4 + $7 + $8 + $9; exit}' /proc/stat; }

@@ -80,7 +80,7 @@ declare -A ROW_HDR=([close-c200]="Connection: close")
 log() { echo "[bench $(date +%H:%M:%S)] $*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 # shellcheck source=bench/configs.sh
-source "$HERE/configs.sh"  # payloads and the config writers (shared with bench/callgrind.sh)
+source "$HERE/configs.sh"  # payloads, config writers, wait_port, cpu_busy_ticks
 
 for r in $ROWS; do [ -n "${ROW_PATH[$r]+x}" ] || die "unknown row '$r' (known: 30B-c1 30B-c10 $ALL_ROWS)"; done
 KNOWN_PROXIES="$ALL_PROXIES rpx-10kvh rpx-2w rpx-b haproxy-bp"
@@ -234,16 +234,6 @@ pick_port() {  # pick_port VAR: next free port >= NEXT_PORT (never the same one 
   printf -v "$1" '%s' "$NEXT_PORT"; NEXT_PORT=$((NEXT_PORT + 1))
 }
 
-# Wait until 127.0.0.1:PORT accepts, while PID is alive; bounded.
-wait_port() {
-  local port=$1 pid=$2 secs=${3:-15} i
-  for i in $(seq 1 $((secs * 10))); do
-    kill -0 "$pid" 2>/dev/null || return 1
-    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then return 0; fi
-    sleep 0.1
-  done
-  return 1
-}
 
 # --- temp dir, payloads ----------------------------------------------------------------------
 TMP=$(mktemp -d /tmp/rpx-bench.XXXXXX)
@@ -281,11 +271,11 @@ rss_kib() {  # sum of VmRSS over the group
   echo "$total"
 }
 
-# Busy ticks of the whole machine (all CPUs) from /proc/stat: user nice system irq softirq steal.
-machine_busy_ticks() { awk '$1 == "cpu" {print $2 + $3 + $4 + $7 + $8 + $9; exit}' /proc/stat; }
-# The same for CPU 1 alone, where wrk and the origin run: what a proxy costs the load side per
-# request (its wakeups, the kernel work its sockets cause there) decides req/s when CPU 1 is full.
-cpu1_busy_ticks() { awk '$1 == "cpu1" {print $2 + $3 + $4 + $7 + $8 + $9; exit}' /proc/stat; }
+# Busy ticks of the whole machine (cpu_busy_ticks, configs.sh), and of CPU 1 alone, where wrk and
+# the origin run: what a proxy costs the load side per request (its wakeups, the kernel work its
+# sockets cause there) decides req/s when CPU 1 is full.
+machine_busy_ticks() { cpu_busy_ticks; }
+cpu1_busy_ticks() { cpu_busy_ticks 1; }
 # CPU ticks of this script's reaped children (wrk, ss, awk...), from the "times" builtin, which
 # must run in this shell (not in a $(...) subshell): children_ticks VAR sets VAR.
 children_ticks() {

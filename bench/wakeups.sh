@@ -44,22 +44,13 @@ cleanup() {
   rm -rf "$TMP"
 }
 trap cleanup EXIT
-wait_port() {  # bounded: 10 s
-  local i
-  for i in $(seq 1 100); do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
-    sleep 0.1
-  done
-  return 1
-}
-busy() { awk -v c="cpu$1" '$1 == c {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
 TICK_US=$(( 1000000 / $(getconf CLK_TCK) ))
 
 write_origin_conf "$TMP/origin" "$UPSTREAM_PORT"
 taskset -c 1 nginx -p "$TMP/origin" -c "$TMP/origin/nginx.conf" -e "$TMP/origin/error.log" \
   >/dev/null 2>&1 &
 PIDS+=($!)
-wait_port "$UPSTREAM_PORT" || { echo "wakeups.sh: the origin did not start" >&2; exit 1; }
+wait_port "$UPSTREAM_PORT" "$!" || { echo "wakeups.sh: the origin did not start" >&2; exit 1; }
 
 for name in "$@"; do
   dir="$TMP/$name"
@@ -81,18 +72,18 @@ for name in "$@"; do
   esac
   pid=$!
   PIDS+=("$pid")
-  wait_port "$PORT" && curl -sf -o /dev/null "http://127.0.0.1:$PORT$URLPATH" ||
+  wait_port "$PORT" "$pid" && curl -sf -o /dev/null "http://127.0.0.1:$PORT$URLPATH" ||
     { echo "wakeups.sh: $name does not answer on $PORT"; tail -5 "$dir"/*log* >&2 || true; exit 1; }
   taskset -c 1 wrk -t1 -c "$CONNS" -d "${SECS}s" "http://127.0.0.1:$PORT$URLPATH" >"$dir/wrk.txt" 2>&1 &
   wrk_pid=$!
   sleep 3
-  c0=$(busy 0); c1=$(busy 1)
+  c0=$(cpu_busy_ticks 0); c1=$(cpu_busy_ticks 1)
   nstat -n
   perf stat -a -A -x, -o "$dir/perf.txt" -e context-switches,irq_vectors:reschedule_entry \
     -e sched:sched_wakeup,syscalls:sys_enter_epoll_wait,syscalls:sys_enter_io_uring_enter \
     -- sleep $((SECS - 6))
   nstat >"$dir/nstat.txt"
-  d0=$(( ($(busy 0) - c0) * TICK_US )); d1=$(( ($(busy 1) - c1) * TICK_US ))
+  d0=$(( ($(cpu_busy_ticks 0) - c0) * TICK_US )); d1=$(( ($(cpu_busy_ticks 1) - c1) * TICK_US ))
   wait "$wrk_pid"
   kill "$pid"; wait "$pid" 2>/dev/null || true
   rps=$(awk '/Requests\/sec/ {print $2}' "$dir/wrk.txt")
