@@ -113,6 +113,8 @@ def main():
                "when CPU 1 is full, req/s follows it. "
                "proxy CPU % = share of its CPU (CPU 0) the proxy used; well under 100 means the load "
                "generator side (wrk + origin on CPU 1) was the limit, so compare CPU µs/req rather than req/s. "
+               "direct (origin) = wrk straight to the origin, no proxy, both on CPU 1: the ceiling that the "
+               "load side puts on any proxy in the uncapped layout. "
                "Ratios compare rpx with the `nginx` row (lower CPU/req ratio is better) and, for req/s, "
                "with the `haproxy` row. "
                + ("throttled % = share of the proxy's CPU-quota periods in which it used up its quota "

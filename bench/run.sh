@@ -15,7 +15,11 @@
 #                     CPUs, the second shared with wrk and the origin), haproxy-bp (HAProxy with
 #                     `busy-polling`: it polls instead of sleeping), rpx-b (a second rpx for A/B
 #                     comparisons inside one interleaved run: RPX_B_BIN and RPX_B_ARGS)
-#   DIRECT=1          also run the "direct to origin" baseline for 4MiB-c10 (0 = skip)
+#   DIRECT=1          also run the "direct to origin" baseline (wrk straight to the origin, no proxy)
+#                     for the rows in DIRECT_ROWS (0 = skip)
+#   DIRECT_ROWS="30B-c50 4MiB-c10 close-c200"  rows that get it: at 4 MiB it is the target's
+#                     yardstick; at 30 B and close it is the ceiling that wrk and the origin sharing
+#                     CPU 1 put on every proxy in the uncapped layout
 #   DIRECT_WRK_CPU=1  CPU for wrk in the direct row (1 = shares the origin's CPU, as in proxied rows;
 #                     0 = the CPU the proxy would use, so wrk and origin each get one)
 #   RPX_BIN=path      rpx binary (default <repo>/bazel-bin/source/exe/rpx); rpx is skipped if missing
@@ -42,7 +46,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
 
 # --- options (remember which were given, for the report header) --------------------------
-OPTION_VARS=(RUNS DURATION WARMUP ROWS PROXIES DIRECT DIRECT_WRK_CPU RPX_BIN RPX_ARGS RPX_B_BIN RPX_B_ARGS PROXY_CPU PROXY_CPU_PERIOD_US NGINX_BEST_TUNE SKIP_INSTALL BASE_PORT OUT_DIR KEEP_TMP)
+OPTION_VARS=(RUNS DURATION WARMUP ROWS PROXIES DIRECT DIRECT_ROWS DIRECT_WRK_CPU RPX_BIN RPX_ARGS RPX_B_BIN RPX_B_ARGS PROXY_CPU PROXY_CPU_PERIOD_US NGINX_BEST_TUNE SKIP_INSTALL BASE_PORT OUT_DIR KEEP_TMP)
 GIVEN_ENV=""
 for v in "${OPTION_VARS[@]}"; do
   if [ -n "${!v+x}" ]; then
@@ -57,6 +61,7 @@ ROWS=${ROWS:-$ALL_ROWS}
 ALL_PROXIES="rpx nginx nginx-best haproxy"
 PROXIES=${PROXIES:-$ALL_PROXIES}
 DIRECT=${DIRECT:-1}
+DIRECT_ROWS=${DIRECT_ROWS:-30B-c50 4MiB-c10 close-c200}
 DIRECT_WRK_CPU=${DIRECT_WRK_CPU:-1}
 RPX_BIN=${RPX_BIN:-$ROOT/bazel-bin/source/exe/rpx}
 RPX_ARGS=${RPX_ARGS:-}
@@ -546,9 +551,9 @@ for proxy in $PROXIES; do
 done
 for run in $(seq 1 "$RUNS"); do
   for row in $ROWS; do
-    if [ "$DIRECT" = 1 ] && [ "$row" = 4MiB-c10 ]; then
+    if [ "$DIRECT" = 1 ] && [[ " $DIRECT_ROWS " == *" $row "* ]]; then
       WRK_CPU=$DIRECT_WRK_CPU  # the baseline: wrk straight to the origin
-      measure direct 4MiB-c10 "$run" "$ORIGIN_PORT" "$ORIGIN_PID"
+      measure direct "$row" "$run" "$ORIGIN_PORT" "$ORIGIN_PID"
       WRK_CPU=1
     fi
     for proxy in $STARTED; do
