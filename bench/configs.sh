@@ -51,7 +51,10 @@ $(nginx_temp_paths "$1")
   tcp_nopush on;
   tcp_nodelay on;
   keepalive_requests 100000;
-  keepalive_timeout 300s;
+  # Longer than any bench run, and than rpx's idle_timeout below: an idle upstream connection
+  # left by one row must not expire in a later row's window, where its TIME_WAIT would be counted
+  # as that row's churn (a full run's cycle is about 5 minutes, so 300 s did exactly that).
+  keepalive_timeout 3700s;
   open_file_cache max=64 inactive=300s;
   server {
 $(for p in $2; do echo "    listen 127.0.0.1:$p backlog=4096;"; done)
@@ -184,7 +187,7 @@ $(awk -v n="$extra" 'BEGIN { for (i = 0; i < n; i++) printf "            - {name
       envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
         "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
         common_http_protocol_options:
-          idle_timeout: 300s
+          idle_timeout: 3600s  # Envoy's default; below the origin's keepalive_timeout
         explicit_http_config:
           http_protocol_options: {}
 EOF
