@@ -341,11 +341,11 @@ void Dispatcher::EndOrphans() {
 }
 
 void Dispatcher::ClearDeferred() {
-  // Deleting one object may defer-delete others; loop until empty.
+  // Deleting one object may defer-delete others (into deferred_, now the emptied other vector);
+  // loop until empty.
   while (!deferred_.empty()) {
-    std::vector<std::unique_ptr<DeferredDeletable>> batch;
-    batch.swap(deferred_);
-    batch.clear();
+    deleting_.swap(deferred_);
+    deleting_.clear();
   }
 }
 

@@ -302,6 +302,9 @@ class Dispatcher {
   std::vector<TimerList> timer_lists_;
   uint32_t next_timer_seq_ = 0;
   std::vector<std::unique_ptr<DeferredDeletable>> deferred_;
+  // ClearDeferred's other half: the two swap, so both keep their capacity and deferring a delete
+  // (every finished request does) never allocates.
+  std::vector<std::unique_ptr<DeferredDeletable>> deleting_;
   std::vector<Flushable*> flush_;
   // FileEvents that Activate() queued; an entry is nulled when its event is unregistered.
   std::vector<FileEvent*> activated_;

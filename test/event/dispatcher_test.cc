@@ -211,6 +211,29 @@ TEST(DispatcherTest, FileEventsAndDeferredDelete) {
   close(fds[1]);
 }
 
+// A destructor run by the deferred deletion may defer another delete: it runs in the same pass,
+// and the loop keeps deleting across passes (ClearDeferred swaps two vectors it reuses).
+TEST(DispatcherTest, DeferredDeletesMadeWhileDeletingRunInTheSamePass) {
+  Dispatcher d("t");
+  struct Chain : DeferredDeletable {
+    Chain(Dispatcher* d, int left, int* deleted) : d(d), left(left), deleted(deleted) {}
+    ~Chain() override {
+      ++*deleted;
+      if (left > 0) d->DeferredDelete(std::make_unique<Chain>(d, left - 1, deleted));
+    }
+    Dispatcher* d;
+    int left;
+    int* deleted;
+  };
+  for (int pass = 1; pass <= 3; ++pass) {
+    int deleted = 0;
+    d.Post([&] { d.DeferredDelete(std::make_unique<Chain>(&d, 4, &deleted)); });
+    int passes = 0;
+    ASSERT_TRUE(d.RunUntil([&] { return deleted > 0 || ++passes > 1000; }, 5000));
+    EXPECT_EQ(deleted, 5) << "pass " << pass;  // the whole chain, in the pass that deferred it
+  }
+}
+
 // A connected pair of non-blocking UNIX stream sockets, closed when it goes out of scope.
 struct SocketPair {
   SocketPair() { EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, fds), 0); }
