@@ -131,12 +131,15 @@ TEST(IdleFootprintTest, IdleKeepAliveConnectionHoldsTwoSmallBlocks) {
   constexpr int kConns = 400;
   std::vector<int> clients;
   std::vector<std::unique_ptr<ServerConnection>> conns;
-  constexpr int kWarm = Dispatcher::kFlushEvents + 16;
+  // As many as round 1: the thread's request-parser pool (up to Http1Parser::kPoolSize) keeps the
+  // parsers of requests that were in flight at once, per thread, not per connection.
+  constexpr int kWarm = kConns;
+  static_assert(kWarm >= Dispatcher::kFlushEvents + 16);
   conns.reserve(kConns + kWarm);
   clients.reserve(kConns + kWarm);
-  // Round 0 warms the thread's buffer pool and the timer queue; round 1 is measured. The loop
-  // writes once per Dispatcher::kFlushEvents events, so that many responses can wait in write
-  // blocks at once: round 0 brings the pool up to that (per thread, not per connection).
+  // Round 0 warms the thread's buffer and parser pools and the timer queue; round 1 is measured.
+  // The loop writes once per Dispatcher::kFlushEvents events, so that many responses can wait in
+  // write blocks at once: round 0 brings the pool up to that (per thread, not per connection).
   for (int round = 0; round < 2; ++round) {
     int n = round == 0 ? kWarm : kConns;
     malloc_trim(0);
