@@ -1,7 +1,7 @@
 # Payloads, configuration writers and small helpers of the benchmark rig, shared by bench/run.sh,
-# bench/callgrind.sh and bench/wakeups.sh (sourced, not run). The writers read these globals: NOFILE (fd limit),
-# TMP (temp dir; the origin serves $TMP/www), UPSTREAM_PORT (the origin port a proxy forwards to),
-# HAPROXY_MAXCONN.
+# bench/callgrind.sh and bench/wakeups.sh (sourced, not run). The writers read these globals:
+# NOFILE (fd limit), TMP (temp dir; the origin serves $TMP/www), UPSTREAM_PORT (the origin port a
+# proxy forwards to), HAPROXY_MAXCONN.
 
 write_payloads() {  # $1 = dir: small.txt (29 B), page.html (16 KB), big.bin (4 MiB)
   printf 'hello from the rpx benchmark\n' >"$1/small.txt"          # 29 bytes

@@ -239,7 +239,6 @@ pick_port() {  # pick_port VAR: next free port >= NEXT_PORT (never the same one 
   printf -v "$1" '%s' "$NEXT_PORT"; NEXT_PORT=$((NEXT_PORT + 1))
 }
 
-
 # --- temp dir, payloads ----------------------------------------------------------------------
 TMP=$(mktemp -d /tmp/rpx-bench.XXXXXX)
 chmod 755 "$TMP"   # nginx workers may run as an unprivileged user when started as root
@@ -276,11 +275,9 @@ rss_kib() {  # sum of VmRSS over the group
   echo "$total"
 }
 
-# Busy ticks of the whole machine (cpu_busy_ticks, configs.sh), and of CPU 1 alone, where wrk and
-# the origin run: what a proxy costs the load side per request (its wakeups, the kernel work its
-# sockets cause there) decides req/s when CPU 1 is full.
-machine_busy_ticks() { cpu_busy_ticks; }
-cpu1_busy_ticks() { cpu_busy_ticks 1; }
+# Busy ticks (cpu_busy_ticks, configs.sh) are read for the whole machine and for CPU 1 alone, where
+# wrk and the origin run: what a proxy costs the load side per request (its wakeups, the kernel
+# work its sockets cause there) decides req/s when CPU 1 is full.
 # CPU ticks of this script's reaped children (wrk, ss, awk...), from the "times" builtin, which
 # must run in this shell (not in a $(...) subshell): children_ticks VAR sets VAR.
 children_ticks() {
@@ -334,7 +331,7 @@ settle_closes() {  # $1 port $2 origin port
 
 # --- is the machine quiet? ---------------------------------------------------------------------
 # Other work (a compiler, a build server) skews every number: sample 1 s and say so in the report.
-b0=$(machine_busy_ticks); sleep 1; b1=$(machine_busy_ticks)
+b0=$(cpu_busy_ticks); sleep 1; b1=$(cpu_busy_ticks)
 BUSY_START=$(( (b1 - b0) * 100 / CLK_TCK ))
 BUSY_NOTE=""
 if [ "$BUSY_START" -gt 10 ]; then
@@ -470,9 +467,9 @@ measure() {
   local t0 t1; t0=$(date +%s%N)
   local c0 o0 c1 o1 m0 m1 k0 k1 w0 w1 l0 l1 cg=${PROXY_CG[$name]:-} np0 nt0 np1 nt1
   read -r np0 nt0 < <(cg_throttle "$cg")
-  c0=$(cpu_ticks "$pid"); o0=$(cpu_ticks "$ORIGIN_PID"); children_ticks k0; m0=$(machine_busy_ticks); l0=$(cpu1_busy_ticks); w0=$(date +%s%N)
+  c0=$(cpu_ticks "$pid"); o0=$(cpu_ticks "$ORIGIN_PID"); children_ticks k0; m0=$(cpu_busy_ticks); l0=$(cpu_busy_ticks 1); w0=$(date +%s%N)
   run_wrk "$conns" "$DURATION" "$url" "$out" "$hdr"
-  m1=$(machine_busy_ticks); l1=$(cpu1_busy_ticks); w1=$(date +%s%N); c1=$(cpu_ticks "$pid"); o1=$(cpu_ticks "$ORIGIN_PID"); children_ticks k1
+  m1=$(cpu_busy_ticks); l1=$(cpu_busy_ticks 1); w1=$(date +%s%N); c1=$(cpu_ticks "$pid"); o1=$(cpu_ticks "$ORIGIN_PID"); children_ticks k1
   read -r np1 nt1 < <(cg_throttle "$cg")
   local throttled=NA
   if [ -n "$cg" ]; then throttled=$(awk -v p=$((np1 - np0)) -v t=$((nt1 - nt0)) 'BEGIN { printf "%.0f", (p > 0 ? t * 100 / p : 0) }'); fi

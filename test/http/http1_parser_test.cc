@@ -1,27 +1,10 @@
 #include "source/http/http1_parser.h"
 
-#include <atomic>
-#include <cstdlib>
-#include <new>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
-
-// Every allocation of this test binary, for the pool test.
-static std::atomic<uint64_t> allocations{0};
-void* operator new(size_t n) {
-  allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n ? n : 1)) return p;
-  throw std::bad_alloc();
-}
-// GCC pairs the free() here with the operator new it inlines at the call site and warns; the pair
-// is malloc/free, which match.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
-#pragma GCC diagnostic pop
+#include "test/common/allocation_counter.h"
 
 namespace rpx {
 namespace {
@@ -49,8 +32,9 @@ Parsed Feed(Http1Parser& p, const std::string& data) {
 
 // Parsers released after a batch of hundreds of requests are all kept and handed out again:
 // parsing the next batch allocates nothing (the pool holds a worker's requests in flight, up to
-// kPoolSize; at 64 it freed the rest and allocated them anew). Counted with this binary's global
-// operator new, since a freed parser's address is often handed out again by malloc.
+// kPoolSize; at 64 it freed the rest and allocated them anew). Counted with the global operator new
+// (//test/common:allocation_counter), since a freed parser's address is often handed out again by
+// malloc.
 TEST(Http1ParserTest, PoolHandsBackTheParsersOfALargeBatch) {
   constexpr size_t kBatch = 500;
   Recorder rec;
@@ -64,13 +48,13 @@ TEST(Http1ParserTest, PoolHandsBackTheParsersOfALargeBatch) {
   for (auto& p : held) Http1Parser::Release(std::move(p));
   held.clear();
   const std::string next = "GET /x HTTP/1.1\r\nHost: b\r\n\r\n";
-  uint64_t before = allocations.load();
+  uint64_t before = AllocationCount();
   for (size_t i = 0; i < kBatch; ++i) {
     held.push_back(Http1Parser::Acquire(Http1Parser::Type::kRequest, rec, {}));
     // A pooled parser starts clean.
     ASSERT_EQ(Feed(*held.back(), next).result, Http1Parser::Result::kPaused);
   }
-  EXPECT_EQ(allocations.load() - before, 0u);
+  EXPECT_EQ(AllocationCount() - before, 0u);
   for (auto& p : held) Http1Parser::Release(std::move(p));
 }
 

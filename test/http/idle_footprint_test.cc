@@ -13,22 +13,12 @@
 
 #include "gtest/gtest.h"
 #include "source/http/server_connection.h"
+#include "test/common/allocation_counter.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define RPX_HEAP_COUNTED 0  // the sanitizer owns malloc: mallinfo2 tells nothing
 #else
 #define RPX_HEAP_COUNTED 1
-namespace {
-std::atomic<long> g_news{0};
-}  // namespace
-void* operator new(size_t n) {
-  g_news.fetch_add(1, std::memory_order_relaxed);
-  void* p = malloc(n ? n : 1);
-  if (!p) throw std::bad_alloc();
-  return p;
-}
-void operator delete(void* p) noexcept { free(p); }
-void operator delete(void* p, size_t) noexcept { free(p); }
 #endif
 
 namespace rpx {
@@ -145,11 +135,11 @@ TEST(IdleFootprintTest, IdleKeepAliveConnectionHoldsTwoSmallBlocks) {
     malloc_trim(0);
     struct mallinfo2 before = mallinfo2();
 #if RPX_HEAP_COUNTED
-    long news_before = g_news.load();
+    long news_before = AllocationCount();
 #endif
     ASSERT_TRUE(AcceptWithRequests(d, config, factory, n, conns, clients));
 #if RPX_HEAP_COUNTED
-    double news_per_accept = static_cast<double>(g_news.load() - news_before) / n;
+    double news_per_accept = static_cast<double>(AllocationCount() - news_before) / n;
 #endif
     int responses = 0;
     ASSERT_TRUE(d.RunUntil(
