@@ -207,3 +207,29 @@ wait_port() {  # $1 port $2 pid [$3 seconds, default 15]
 # Busy ticks from /proc/stat (user nice system irq softirq steal): of CPU $1, or with no argument
 # of the whole machine.
 cpu_busy_ticks() { awk -v c="cpu${1:-}" '$1 == c {print $2 + $3 + $4 + $7 + $8 + $9; exit}' /proc/stat; }
+
+# CPU caps (run.sh's and wakeups.sh's PROXY_CPU): each capped proxy runs in a cgroup of its own.
+# cgroup_root prints "KIND ROOT" for the cpu controller (v1 or v2), or fails without one.
+cgroup_root() {
+  if [ -f /sys/fs/cgroup/cpu/cpu.cfs_quota_us ]; then echo "v1 /sys/fs/cgroup/cpu"
+  elif grep -qw cpu /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then echo "v2 /sys/fs/cgroup"
+  else return 1; fi
+}
+cgroup_cap() {  # $1 kind $2 dir $3 quota µs $4 period µs: create dir with that CPU quota
+  local parent
+  parent=$(dirname "$2")
+  mkdir "$2" || return 1
+  if [ "$1" = v1 ]; then
+    echo "$4" >"$2/cpu.cfs_period_us" && echo "$3" >"$2/cpu.cfs_quota_us"
+  else
+    { grep -qw cpu "$parent/cgroup.subtree_control" || echo +cpu >"$parent/cgroup.subtree_control"; } &&
+      echo "$3 $4" >"$2/cpu.max"
+  fi
+}
+# in_cgroup DIR CMD...: exec CMD inside cgroup DIR ("" = no cgroup). Run it with &: the background
+# subshell joins the cgroup and execs, so $! is CMD's PID and CMD's children inherit the cap.
+in_cgroup() {
+  local d=$1; shift
+  if [ -n "$d" ]; then echo "$BASHPID" >"$d/cgroup.procs" || exit 1; fi
+  exec "$@"
+}

@@ -196,34 +196,19 @@ forget_pid() {
 # --- optional CPU cap (PROXY_CPU): one cgroup per proxy, same quota for each -----------------------
 CG_ROOT=""; CG_KIND=""
 if [ "$PROXY_QUOTA_US" != 0 ]; then
-  if [ -f /sys/fs/cgroup/cpu/cpu.cfs_quota_us ]; then CG_ROOT=/sys/fs/cgroup/cpu; CG_KIND=v1
-  elif grep -qw cpu /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then CG_ROOT=/sys/fs/cgroup; CG_KIND=v2
-  else die "PROXY_CPU=$PROXY_CPU needs the cgroup cpu controller (found neither /sys/fs/cgroup/cpu/cpu.cfs_quota_us nor cpu in /sys/fs/cgroup/cgroup.controllers)"
-  fi
+  read -r CG_KIND CG_ROOT < <(cgroup_root) ||
+    die "PROXY_CPU=$PROXY_CPU needs the cgroup cpu controller (found neither /sys/fs/cgroup/cpu/cpu.cfs_quota_us nor cpu in /sys/fs/cgroup/cgroup.controllers)"
   [ -w "$CG_ROOT" ] || die "PROXY_CPU=$PROXY_CPU needs write access to $CG_ROOT (run as root)"
 fi
 make_cgroup() {  # make_cgroup NAME VAR: a cgroup capped at PROXY_CPU for proxy NAME; VAR = its dir ("" = no cap)
   local d=""
   if [ -n "$CG_ROOT" ]; then
     d="$CG_ROOT/rpx-bench.$$.$1"
-    mkdir "$d" || die "cannot create cgroup $d"
+    cgroup_cap "$CG_KIND" "$d" "$PROXY_QUOTA_US" "$PROXY_CPU_PERIOD_US" ||
+      { [ -d "$d" ] && CG_DIRS+=("$d"); die "cannot create cgroup $d with a CPU quota"; }
     CG_DIRS+=("$d")
-    if [ "$CG_KIND" = v1 ]; then
-      { echo "$PROXY_CPU_PERIOD_US" >"$d/cpu.cfs_period_us" && echo "$PROXY_QUOTA_US" >"$d/cpu.cfs_quota_us"; } ||
-        die "cannot set the CPU quota of $d"
-    else
-      { grep -qw cpu "$CG_ROOT/cgroup.subtree_control" || echo +cpu >"$CG_ROOT/cgroup.subtree_control"; } &&
-        echo "$PROXY_QUOTA_US $PROXY_CPU_PERIOD_US" >"$d/cpu.max" || die "cannot set the CPU quota of $d"
-    fi
   fi
   printf -v "$2" '%s' "$d"
-}
-# in_cgroup DIR CMD...: exec CMD inside cgroup DIR ("" = no cgroup). Run it with &: the background
-# subshell joins the cgroup and execs, so $! is CMD's PID and CMD's children inherit the cap.
-in_cgroup() {
-  local d=$1; shift
-  if [ -n "$d" ]; then echo "$BASHPID" >"$d/cgroup.procs" || exit 1; fi
-  exec "$@"
 }
 # "periods throttled" of a cgroup so far ("0 0" without one): the share of quota periods in which
 # the proxy ran out of CPU shows that the cap, not CPU 1, was the limit.
