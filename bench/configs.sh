@@ -215,7 +215,9 @@ cgroup_root() {
   elif grep -qw cpu /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then echo "v2 /sys/fs/cgroup"
   else return 1; fi
 }
-cgroup_cap() {  # $1 kind $2 dir $3 quota µs $4 period µs: create dir with that CPU quota
+# cgroup_cap KIND DIR QUOTA_US PERIOD_US: create DIR with that CPU quota; on failure nothing is
+# left behind.
+cgroup_cap() {
   local parent
   parent=$(dirname "$2")
   mkdir "$2" || return 1
@@ -224,7 +226,7 @@ cgroup_cap() {  # $1 kind $2 dir $3 quota µs $4 period µs: create dir with tha
   else
     { grep -qw cpu "$parent/cgroup.subtree_control" || echo +cpu >"$parent/cgroup.subtree_control"; } &&
       echo "$3 $4" >"$2/cpu.max"
-  fi
+  fi || { rmdir "$2"; return 1; }
 }
 # in_cgroup DIR CMD...: exec CMD inside cgroup DIR ("" = no cgroup). Run it with &: the background
 # subshell joins the cgroup and execs, so $! is CMD's PID and CMD's children inherit the cap.

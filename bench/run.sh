@@ -205,7 +205,7 @@ make_cgroup() {  # make_cgroup NAME VAR: a cgroup capped at PROXY_CPU for proxy 
   if [ -n "$CG_ROOT" ]; then
     d="$CG_ROOT/rpx-bench.$$.$1"
     cgroup_cap "$CG_KIND" "$d" "$PROXY_QUOTA_US" "$PROXY_CPU_PERIOD_US" ||
-      { [ -d "$d" ] && CG_DIRS+=("$d"); die "cannot create cgroup $d with a CPU quota"; }
+      die "cannot create cgroup $d with a CPU quota"
     CG_DIRS+=("$d")
   fi
   printf -v "$2" '%s' "$d"

@@ -70,9 +70,9 @@ for name in "$@"; do
   cg=""
   if [ -n "$CG_ROOT" ]; then
     cg="$CG_ROOT/rpx-wakeups.$$.$name"
-    CGS+=("$cg")
     cgroup_cap "$CG_KIND" "$cg" "$QUOTA_US" 10000 ||
       { echo "wakeups.sh: cannot create cgroup $cg with a CPU quota" >&2; exit 1; }
+    CGS+=("$cg")
   fi
   case $name in
     rpx)

@@ -25,4 +25,13 @@ namespace rpx {
 
 uint64_t AllocationCount() { return allocations.load(std::memory_order_relaxed); }
 
+bool AllocationsCounted() {
+  uint64_t before = AllocationCount();
+  // A direct call of the replaceable function, which the compiler may not elide (a new-expression
+  // it may).
+  void* p = ::operator new(1);
+  ::operator delete(p);
+  return AllocationCount() != before;
+}
+
 }  // namespace rpx
