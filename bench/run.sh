@@ -17,9 +17,9 @@
 #                     comparisons inside one interleaved run: RPX_B_BIN and RPX_B_ARGS)
 #   DIRECT=1          also run the "direct to origin" baseline (wrk straight to the origin, no proxy)
 #                     for the rows in DIRECT_ROWS (0 = skip)
-#   DIRECT_ROWS="30B-c50 4MiB-c10 close-c200"  rows that get it: at 4 MiB it is the target's
-#                     yardstick; at 30 B and close it is the ceiling that wrk and the origin sharing
-#                     CPU 1 put on every proxy in the uncapped layout
+#   DIRECT_ROWS="30B-c50 16KB-c50 4MiB-c10 close-c200"  rows that get it: at 4 MiB it is the
+#                     target's yardstick; on the others it is the ceiling that wrk and the origin
+#                     sharing CPU 1 put on every proxy in the uncapped layout
 #   DIRECT_WRK_CPU=1  CPU for wrk in the direct row (1 = shares the origin's CPU, as in proxied rows;
 #                     0 = the CPU the proxy would use, so wrk and origin each get one)
 #   RPX_BIN=path      rpx binary (default <repo>/bazel-bin/source/exe/rpx); rpx is skipped if missing
@@ -61,7 +61,7 @@ ROWS=${ROWS:-$ALL_ROWS}
 ALL_PROXIES="rpx nginx nginx-best haproxy"
 PROXIES=${PROXIES:-$ALL_PROXIES}
 DIRECT=${DIRECT:-1}
-DIRECT_ROWS=${DIRECT_ROWS:-30B-c50 4MiB-c10 close-c200}
+DIRECT_ROWS=${DIRECT_ROWS:-30B-c50 16KB-c50 4MiB-c10 close-c200}
 DIRECT_WRK_CPU=${DIRECT_WRK_CPU:-1}
 RPX_BIN=${RPX_BIN:-$ROOT/bazel-bin/source/exe/rpx}
 RPX_ARGS=${RPX_ARGS:-}
