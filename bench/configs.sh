@@ -209,6 +209,9 @@ wait_port() {  # $1 port $2 pid [$3 seconds, default 15]
 cpu_busy_ticks() { awk -v c="cpu${1:-}" '$1 == c {print $2 + $3 + $4 + $7 + $8 + $9; exit}' /proc/stat; }
 
 # CPU caps (run.sh's and wakeups.sh's PROXY_CPU): each capped proxy runs in a cgroup of its own.
+# cpu_quota_us CPUS PERIOD_US: the quota giving CPUS CPUs per period, or 0 (no cap) from 1 CPU up:
+# every proxy is pinned to one CPU, so it can never use more.
+cpu_quota_us() { awk -v c="$1" -v p="$2" 'BEGIN { print (c >= 1 ? 0 : int(c * p + 0.5)) }'; }
 # cgroup_root prints "KIND ROOT" for the cpu controller (v1 or v2), or fails without one.
 cgroup_root() {
   if [ -f /sys/fs/cgroup/cpu/cpu.cfs_quota_us ]; then echo "v1 /sys/fs/cgroup/cpu"

@@ -85,7 +85,7 @@ declare -A ROW_HDR=([close-c200]="Connection: close")
 log() { echo "[bench $(date +%H:%M:%S)] $*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 # shellcheck source=bench/configs.sh
-source "$HERE/configs.sh"  # payloads, config writers, wait_port, cpu_busy_ticks
+source "$HERE/configs.sh"  # payloads, config writers, wait_port, cpu_busy_ticks, cgroup helpers
 
 for r in $ROWS; do [ -n "${ROW_PATH[$r]+x}" ] || die "unknown row '$r' (known: 30B-c1 30B-c10 $ALL_ROWS)"; done
 KNOWN_PROXIES="$ALL_PROXIES rpx-10kvh rpx-2w rpx-b haproxy-bp"
@@ -94,8 +94,8 @@ for p in $PROXIES; do case " $KNOWN_PROXIES " in *" $p "*) ;; *) die "unknown pr
 [[ "$PROXY_CPU" =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)$ ]] || die "PROXY_CPU must be a number of CPUs, e.g. 0.5 (got '$PROXY_CPU')"
 [[ "$PROXY_CPU_PERIOD_US" =~ ^[0-9]+$ ]] && [ "$PROXY_CPU_PERIOD_US" -ge 1000 ] && [ "$PROXY_CPU_PERIOD_US" -le 1000000 ] ||
   die "PROXY_CPU_PERIOD_US must be 1000..1000000 (got '$PROXY_CPU_PERIOD_US')"
-# quota per period in µs; 0 = no cap (PROXY_CPU=1: the proxy has CPU 0 to itself anyway)
-PROXY_QUOTA_US=$(awk -v c="$PROXY_CPU" -v p="$PROXY_CPU_PERIOD_US" 'BEGIN { print (c == 1 ? 0 : int(c * p + 0.5)) }')
+# quota per period in µs; 0 = no cap (PROXY_CPU of 1 or more: the proxy has CPU 0 to itself anyway)
+PROXY_QUOTA_US=$(cpu_quota_us "$PROXY_CPU" "$PROXY_CPU_PERIOD_US")
 if [ "$PROXY_QUOTA_US" != 0 ] && [ "$PROXY_QUOTA_US" -lt 1000 ]; then
   die "PROXY_CPU=$PROXY_CPU x PROXY_CPU_PERIOD_US=$PROXY_CPU_PERIOD_US is under the kernel's 1 ms minimum quota"
 fi

@@ -29,7 +29,7 @@ RPX_BIN=${RPX_BIN:-$ROOT/bazel-bin/source/exe/rpx}
 URLPATH=${URLPATH:-/small.txt}
 BASE_PORT=${BASE_PORT:-19600}
 PROXY_CPU=${PROXY_CPU:-1}
-QUOTA_US=$(awk -v c="$PROXY_CPU" 'BEGIN { print (c >= 1 ? 0 : int(c * 10000 + 0.5)) }')
+QUOTA_US=$(cpu_quota_us "$PROXY_CPU" 10000)
 CG_KIND=""; CG_ROOT=""
 if [ "$QUOTA_US" != 0 ]; then
   read -r CG_KIND CG_ROOT < <(cgroup_root) ||
