@@ -35,6 +35,11 @@
 #   BASE_PORT=18000   first port tried for the origin/proxies/admin (free ports are picked upward)
 #   OUT_DIR=bench/results   where latest.md and raw/ go
 #   KEEP_TMP=1        keep the temp dir (configs, payloads, proxy logs) after the run
+#   TCP_CC=cubic      run everything (proxies, origin, wrk) in a fresh network namespace whose default
+#                     TCP congestion control is this one; the host's setting is left alone. Every
+#                     other net.* setting of a new namespace matches the host's (see bench/README.md:
+#                     on a host with BBR and no fq qdisc, TCP paces with a timer per burst, which
+#                     is dear in a VM and dominates the 4 MiB row). Needs root and unshare(1).
 #
 # CPU layout (2 cores): proxy under test on CPU 0; origin nginx and wrk share CPU 1.
 # All proxies are started first and measured in turn, row by row (see "run" below).
@@ -46,7 +51,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
 
 # --- options (remember which were given, for the report header) --------------------------
-OPTION_VARS=(RUNS DURATION WARMUP ROWS PROXIES DIRECT DIRECT_ROWS DIRECT_WRK_CPU RPX_BIN RPX_ARGS RPX_B_BIN RPX_B_ARGS PROXY_CPU PROXY_CPU_PERIOD_US NGINX_BEST_TUNE SKIP_INSTALL BASE_PORT OUT_DIR KEEP_TMP)
+OPTION_VARS=(RUNS DURATION WARMUP ROWS PROXIES DIRECT DIRECT_ROWS DIRECT_WRK_CPU RPX_BIN RPX_ARGS RPX_B_BIN RPX_B_ARGS PROXY_CPU PROXY_CPU_PERIOD_US NGINX_BEST_TUNE SKIP_INSTALL BASE_PORT OUT_DIR KEEP_TMP TCP_CC)
 GIVEN_ENV=""
 for v in "${OPTION_VARS[@]}"; do
   if [ -n "${!v+x}" ]; then
@@ -74,6 +79,21 @@ SKIP_INSTALL=${SKIP_INSTALL:-0}
 BASE_PORT=${BASE_PORT:-18000}
 OUT_DIR=${OUT_DIR:-$HERE/results}
 KEEP_TMP=${KEEP_TMP:-0}
+
+# TCP_CC: start again inside a new network namespace (only loopback, which is all the bench uses)
+# with that congestion control as the default; the namespace ends with the script.
+if [ -n "${TCP_CC:-}" ] && [ -z "${RPX_BENCH_IN_NETNS:-}" ]; then
+  [ "$(id -u)" = 0 ] || { echo "TCP_CC needs root (unshare --net)" >&2; exit 1; }
+  case " $(cat /proc/sys/net/ipv4/tcp_available_congestion_control) " in
+    *" $TCP_CC "*) ;;
+    *) echo "TCP_CC=$TCP_CC is not available here (net.ipv4.tcp_available_congestion_control:" \
+         "$(cat /proc/sys/net/ipv4/tcp_available_congestion_control))" >&2; exit 1 ;;
+  esac
+  RPX_BENCH_HOST_CC=$(cat /proc/sys/net/ipv4/tcp_congestion_control)
+  export RPX_BENCH_IN_NETNS=1 RPX_BENCH_HOST_CC TCP_CC
+  exec unshare --net -- bash -c 'ip link set lo up &&
+    echo "$TCP_CC" >/proc/sys/net/ipv4/tcp_congestion_control && exec bash "$0" "$@"' "$0" "$@"
+fi
 
 declare -A ROW_PATH=([30B-c1]=/small.txt [30B-c10]=/small.txt [30B-c50]=/small.txt [30B-c200]=/small.txt [30B-c400]=/small.txt [30B-c1000]=/small.txt
                      [16KB-c50]=/page.html [4MiB-c10]=/big.bin [close-c200]=/small.txt)
@@ -493,7 +513,7 @@ HEADER="$RAW/header.md"
   echo
   echo "- command: \`${GIVEN_ENV}bash bench/run.sh\` (RUNS=$RUNS DURATION=$DURATION WARMUP=$WARMUP)"
   echo "- date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
-  echo "- kernel: $(uname -srm)"
+  echo "- kernel: $(uname -srm); TCP congestion control: $(cat /proc/sys/net/ipv4/tcp_congestion_control)$([ -n "${RPX_BENCH_IN_NETNS:-}" ] && echo " (TCP_CC: in a network namespace of its own; the host's is $RPX_BENCH_HOST_CC)"), loopback qdisc: $(tc qdisc show dev lo 2>/dev/null | awk '{print $2; exit}')"
   echo "- CPU: ${CPU_MODEL:-unknown} ($(nproc) CPUs); proxy pinned to CPU 0, origin nginx + wrk to CPU 1"
   if [ "$PROXY_QUOTA_US" != 0 ]; then
     echo "- **each proxy capped at $PROXY_CPU CPU** (cgroup $CG_KIND quota ${PROXY_QUOTA_US} µs per ${PROXY_CPU_PERIOD_US} µs): the proxy is the bottleneck, so req/s compares proxies per core"
