@@ -1,5 +1,11 @@
 #include "source/config/server_config.h"
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <limits>
+
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -16,7 +22,8 @@ namespace {
 using envoy::config::cluster::v3::Cluster;
 using envoy::config::listener::v3::Listener;
 using envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
-using ConnectionLimitProto = envoy::extensions::filters::network::connection_limit::v3::ConnectionLimit;
+using ConnectionLimitProto =
+    envoy::extensions::filters::network::connection_limit::v3::ConnectionLimit;
 
 constexpr char kConnectionLimitType[] =
     "envoy.extensions.filters.network.connection_limit.v3.ConnectionLimit";
@@ -44,18 +51,103 @@ class Builder {
       Error(path, "socket_address is required");
       return false;
     }
-    const auto& sa = a.socket_address();
+    return SocketAddr(a.socket_address(), path + ".socket_address", out);
+  }
+
+  bool SocketAddr(const envoy::config::core::v3::SocketAddress& sa, const std::string& path,
+                  SocketAddress* out) {
     if (sa.protocol() != envoy::config::core::v3::SocketAddress::TCP) {
-      Error(path + ".socket_address.protocol", "only TCP is supported");
+      Error(path + ".protocol", "only TCP is supported");
       return false;
     }
     auto parsed = SocketAddress::FromIpPort(sa.address(), sa.port_value());
     if (!parsed.ok()) {
-      Error(path + ".socket_address.address", std::string(parsed.status().message()));
+      Error(path + ".address", std::string(parsed.status().message()));
       return false;
     }
     *out = *parsed;
     return true;
+  }
+
+  // Envoy's SocketOption list at `path`. `prebind_only`: the BindConfig of a cluster, where (as
+  // in Envoy) only STATE_PREBIND means anything.
+  void Options(const google::protobuf::RepeatedPtrField<envoy::config::core::v3::SocketOption>& in,
+               const std::string& path, bool prebind_only, SocketOptions* out) {
+    using Proto = envoy::config::core::v3::SocketOption;
+    constexpr int64_t kIntMin = std::numeric_limits<int>::min();
+    constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+    for (int i = 0; i < in.size(); ++i) {
+      const Proto& p = in[i];
+      std::string op = absl::StrCat(path, "[", i, "]");
+      SocketOption o;
+      o.description = p.description();
+      bool ok = true;
+      if (p.level() < kIntMin || p.level() > kIntMax) {
+        Error(op + ".level", absl::StrCat(p.level(), " is not a setsockopt level"));
+        ok = false;
+      }
+      if (p.name() < kIntMin || p.name() > kIntMax) {
+        Error(op + ".name", absl::StrCat(p.name(), " is not a setsockopt option name"));
+        ok = false;
+      }
+      o.level = static_cast<int>(p.level());
+      o.name = static_cast<int>(p.name());
+      switch (p.value_case()) {
+        case Proto::kIntValue:
+          // setsockopt's integer options take a C int, as in Envoy.
+          if (p.int_value() < kIntMin || p.int_value() > kIntMax) {
+            Error(op + ".int_value", absl::StrCat(p.int_value(), " does not fit in a C int"));
+            ok = false;
+          }
+          o.int_value = static_cast<int>(p.int_value());
+          break;
+        case Proto::kBufValue:
+          o.is_int = false;
+          o.buf_value = p.buf_value();
+          break;
+        default:
+          Error(op, "int_value or buf_value is required");
+          ok = false;
+      }
+      switch (p.state()) {
+        case Proto::STATE_PREBIND:
+          o.state = SocketOption::State::kPrebind;
+          break;
+        case Proto::STATE_BOUND:
+          o.state = SocketOption::State::kBound;
+          break;
+        case Proto::STATE_LISTENING:
+          o.state = SocketOption::State::kListening;
+          break;
+        default:
+          Error(op + ".state", absl::StrCat("unknown state ", static_cast<int>(p.state())));
+          ok = false;
+      }
+      if (prebind_only && p.state() != Proto::STATE_PREBIND) {
+        Error(op + ".state", "only STATE_PREBIND applies to upstream connections");
+        ok = false;
+      }
+      if (ok) out->push_back(std::move(o));
+    }
+  }
+
+  // A bad level, name or value is better refused with the configuration than met on every
+  // connection: try a cluster's options on a scratch socket (the kernel is the only judge of
+  // what they mean). `family` is the source address's, or 0 when the upstream family is not
+  // known yet (EDS, DNS): then either IPv4 or IPv6 accepting them is enough.
+  void TryOptions(const SocketOptions& options, int family, const std::string& path) {
+    if (options.empty()) return;
+    std::string first_error;
+    for (int f : {AF_INET, AF_INET6}) {
+      if (family != 0 && f != family) continue;
+      int fd = ::socket(f, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (fd < 0) continue;  // no such family here: nothing to judge with
+      auto st = ApplySocketOptions(fd, options, SocketOption::State::kPrebind);
+      ::close(fd);
+      if (st.ok()) return;
+      if (first_error.empty()) first_error = std::string(st.message());
+    }
+    if (!first_error.empty()) Error(path, first_error);
   }
 
   void BuildCluster(const Cluster& c, const std::string& path, ServerConfig* out);
@@ -95,9 +187,8 @@ void Builder::BuildCluster(const Cluster& c, const std::string& path, ServerConf
       info->eds = true;
       const auto& eds = c.eds_cluster_config();
       info->eds_service_name = eds.service_name().empty() ? c.name() : eds.service_name();
-      if (eds.has_eds_config() &&
-          eds.eds_config().config_source_specifier_case() !=
-              envoy::config::core::v3::ConfigSource::kAds) {
+      if (eds.has_eds_config() && eds.eds_config().config_source_specifier_case() !=
+                                      envoy::config::core::v3::ConfigSource::kAds) {
         Error(path + ".eds_cluster_config.eds_config", "only ads: {} is supported");
       }
       if (c.has_load_assignment()) {
@@ -106,9 +197,8 @@ void Builder::BuildCluster(const Cluster& c, const std::string& path, ServerConf
       break;
     }
     default:
-      Error(path + ".type",
-            absl::StrCat("cluster type ", Cluster::DiscoveryType_Name(c.type()),
-                         " is not supported (STATIC, STRICT_DNS and EDS are)"));
+      Error(path + ".type", absl::StrCat("cluster type ", Cluster::DiscoveryType_Name(c.type()),
+                                         " is not supported (STATIC, STRICT_DNS and EDS are)"));
   }
   switch (c.lb_policy()) {
     case Cluster::ROUND_ROBIN:
@@ -131,6 +221,29 @@ void Builder::BuildCluster(const Cluster& c, const std::string& path, ServerConf
   }
   if (c.has_per_connection_buffer_limit_bytes()) {
     info->buffer_limit = c.per_connection_buffer_limit_bytes().value();
+  }
+  if (c.has_upstream_bind_config()) {
+    const auto& bind = c.upstream_bind_config();
+    std::string bp = path + ".upstream_bind_config";
+    int family = 0;
+    if (bind.has_source_address()) {
+      SocketAddress source;
+      if (SocketAddr(bind.source_address(), bp + ".source_address", &source)) {
+        info->source_address = source;
+        family = source.family();
+      }
+    }
+    if (bind.has_freebind()) {
+      SocketOption o;
+      o.description = "IP_FREEBIND (upstream_bind_config.freebind)";
+      o.level = IPPROTO_IP;
+      o.name = IP_FREEBIND;
+      o.int_value = bind.freebind().value() ? 1 : 0;
+      info->socket_options.push_back(o);
+    }
+    Options(bind.socket_options(), bp + ".socket_options", /*prebind_only=*/true,
+            &info->socket_options);
+    TryOptions(info->socket_options, family, bp);
   }
   uint32_t max_connections = 1024, max_pending = 1024, max_requests = 1024;
   for (int i = 0; i < c.circuit_breakers().thresholds_size(); ++i) {
@@ -159,8 +272,9 @@ void Builder::BuildCluster(const Cluster& c, const std::string& path, ServerConf
   for (const auto& [key, any] : c.typed_extension_protocol_options()) {
     std::string kp = absl::StrCat(path, ".typed_extension_protocol_options[\"", key, "\"]");
     if (key != kUpstreamHttpOptions && key != "envoy.upstreams.http.http_protocol_options") {
-      Error(kp, "unsupported extension (only envoy.extensions.upstreams.http.v3."
-                "HttpProtocolOptions is)");
+      Error(kp,
+            "unsupported extension (only envoy.extensions.upstreams.http.v3."
+            "HttpProtocolOptions is)");
       continue;
     }
     envoy::extensions::upstreams::http::v3::HttpProtocolOptions opts;
@@ -179,7 +293,8 @@ void Builder::BuildCluster(const Cluster& c, const std::string& path, ServerConf
   auto hosts = std::make_shared<HostSet>();
   DnsCluster dns_cluster;
   dns_cluster.cluster = c.name();
-  if (c.has_dns_refresh_rate()) dns_cluster.refresh_ms = std::max<uint64_t>(1, Ms(c.dns_refresh_rate()));
+  if (c.has_dns_refresh_rate())
+    dns_cluster.refresh_ms = std::max<uint64_t>(1, Ms(c.dns_refresh_rate()));
   const auto& la = c.load_assignment();
   if (!la.cluster_name().empty() && la.cluster_name() != c.name()) {
     Error(path + ".load_assignment.cluster_name",
@@ -257,7 +372,8 @@ bool Builder::BuildHttp(const HttpConnectionManager& hcm, const std::string& pat
   if (hcm.stat_prefix().empty()) Error(path + ".stat_prefix", "is required");
   using HCM = HttpConnectionManager;
   if (hcm.codec_type() != HCM::AUTO && hcm.codec_type() != HCM::HTTP1) {
-    Error(path + ".codec_type", "only AUTO and HTTP1 are supported (HTTP/2 is not implemented yet)");
+    Error(path + ".codec_type",
+          "only AUTO and HTTP1 are supported (HTTP/2 is not implemented yet)");
   }
   if (hcm.http_filters_size() == 0) {
     Error(path + ".http_filters", "the router filter (envoy.filters.http.router) is required");
@@ -384,6 +500,8 @@ void Builder::BuildListener(const Listener& l, const std::string& path, ServerCo
     }
   }
   lc->reuse_port = !l.has_enable_reuse_port() || l.enable_reuse_port().value();
+  Options(l.socket_options(), path + ".socket_options", /*prebind_only=*/false,
+          &lc->socket_options);
   if (l.filter_chains_size() != 1) {
     Error(path + ".filter_chains",
           "exactly one filter chain is required (filter chain matching needs TLS, not yet "
@@ -535,7 +653,8 @@ bool BuildServerConfig(const envoy::config::bootstrap::v3::Bootstrap& bootstrap,
       if (cs.resource_api_version() != envoy::config::core::v3::V3) {
         b.Error(path + ".resource_api_version", "must be V3");
       }
-      if (cs.has_initial_fetch_timeout()) x.initial_fetch_timeout_ms = Ms(cs.initial_fetch_timeout());
+      if (cs.has_initial_fetch_timeout())
+        x.initial_fetch_timeout_ms = Ms(cs.initial_fetch_timeout());
       *flag = true;
     };
     check_source(dr.lds_config(), "dynamic_resources.lds_config", &x.lds);
@@ -556,8 +675,9 @@ bool BuildServerConfig(const envoy::config::bootstrap::v3::Bootstrap& bootstrap,
             x.delta = true;
             break;
           default:
-            b.Error(ap + ".api_type", "must be GRPC, DELTA_GRPC, AGGREGATED_GRPC or "
-                                      "AGGREGATED_DELTA_GRPC");
+            b.Error(ap + ".api_type",
+                    "must be GRPC, DELTA_GRPC, AGGREGATED_GRPC or "
+                    "AGGREGATED_DELTA_GRPC");
         }
         if (ads.transport_api_version() != envoy::config::core::v3::V3) {
           b.Error(ap + ".transport_api_version", "must be V3");

@@ -14,6 +14,7 @@
 #include "envoy/config/listener/v3/listener.pb.h"
 #include "source/http/http_config.h"
 #include "source/network/address.h"
+#include "source/network/socket_option.h"
 #include "source/router/route_table.h"
 #include "source/upstream/worker_cluster.h"
 
@@ -51,10 +52,11 @@ struct ListenerConfig {
   SocketAddress address;
   uint32_t buffer_limit = 1024 * 1024;
   bool reuse_port = true;
+  SocketOptions socket_options;  // applied to the listening sockets; accepted ones inherit most
   std::shared_ptr<const HttpConfig> http;
   // Inline route_config, or the RDS route table once it has arrived (nullptr while warming).
   std::shared_ptr<const RouteTable> routes;
-  std::string rds_name;  // non-empty: routes come from RDS under this name
+  std::string rds_name;           // non-empty: routes come from RDS under this name
   std::string route_config_path;  // field path of the HCM, for messages
   uint64_t initial_fetch_timeout_ms = 15000;
   std::shared_ptr<const ConnectionLimit> connection_limit;  // nullptr: no cap

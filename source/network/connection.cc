@@ -8,6 +8,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
 
 namespace rpx {
 namespace {
@@ -65,11 +68,38 @@ Connection::~Connection() {
 }
 
 std::unique_ptr<Connection> Connection::Connect(Dispatcher& dispatcher, const SocketAddress& addr,
-                                                uint32_t buffer_limit, int* error) {
+                                                uint32_t buffer_limit, int* error,
+                                                const ConnectOptions& bind, std::string* detail) {
   int fd = socket(addr.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) {
     *error = errno;
     return nullptr;
+  }
+  if (bind.options) {
+    auto st = ApplySocketOptions(fd, *bind.options, SocketOption::State::kPrebind);
+    if (!st.ok()) {
+      *error = errno;
+      if (detail) *detail = std::string(st.message());
+      close(fd);
+      return nullptr;
+    }
+  }
+  if (bind.source) {
+    if (bind.source->port() == 0) {
+      // The port is picked at connect(2), per destination, instead of at bind(2) from the
+      // ephemeral ports not bound at all: without this a busy pool runs out of source ports.
+      int one = 1;
+      setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
+    }
+    if (::bind(fd, bind.source->sa(), bind.source->len) != 0) {
+      *error = errno;
+      if (detail) {
+        *detail = absl::StrCat("binding to source address ", bind.source->ToString(), ": ",
+                               strerror(errno));
+      }
+      close(fd);
+      return nullptr;
+    }
   }
   int rc = connect(fd, addr.sa(), addr.len);
   if (rc != 0 && errno != EINPROGRESS) {

@@ -9,11 +9,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include "source/common/buffer.h"
 #include "source/event/dispatcher.h"
 #include "source/network/address.h"
+#include "source/network/socket_option.h"
 
 namespace rpx {
 
@@ -61,15 +63,25 @@ class SpliceHandler {
   virtual void OnSpliceConnectionClosed() = 0;  // either connection closed: never touch it again
 };
 
+// What a cluster's upstream_bind_config asks of each socket before connect(2). Not owned.
+struct ConnectOptions {
+  const SocketAddress* source = nullptr;   // bind(2) to this address (port 0: chosen at connect)
+  const SocketOptions* options = nullptr;  // the STATE_PREBIND ones are applied
+};
+
 class Connection : public DeferredDeletable, public Flushable {
  public:
   // Takes ownership of `fd`. `connecting` means a non-blocking connect() is in flight.
   Connection(Dispatcher& dispatcher, int fd, bool connecting, uint32_t buffer_limit);
   ~Connection() override;
 
-  // Starts a non-blocking connect; the result arrives as kConnected or kConnectFailed.
+  // Starts a non-blocking connect; the result arrives as kConnected or kConnectFailed. On an
+  // immediate failure returns nullptr with errno in `*error` and, when a bind step failed, what
+  // failed in `*detail`.
   static std::unique_ptr<Connection> Connect(Dispatcher& dispatcher, const SocketAddress& addr,
-                                             uint32_t buffer_limit, int* error);
+                                             uint32_t buffer_limit, int* error,
+                                             const ConnectOptions& bind = {},
+                                             std::string* detail = nullptr);
 
   void SetCallbacks(ConnectionCallbacks* cb) { callbacks_ = cb; }
   void Write(std::string_view data);

@@ -12,38 +12,73 @@
 
 namespace rpx {
 
-absl::StatusOr<int> OpenListenSocket(const SocketAddress& addr, bool reuse_port, int backlog) {
+absl::StatusOr<int> OpenListenSocket(const SocketAddress& addr, bool reuse_port, int backlog,
+                                     const SocketOptions& options, bool listen_now) {
   int fd = socket(addr.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return absl::InternalError(absl::StrCat("socket(): ", strerror(errno)));
   int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   if (reuse_port) setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+  // The configured options come after rpx's own, so that they can override them (as in Envoy).
+  auto applied = ApplySocketOptions(fd, options, SocketOption::State::kPrebind);
+  if (!applied.ok()) {
+    close(fd);
+    return applied;
+  }
   if (bind(fd, addr.sa(), addr.len) != 0) {
     int e = errno;
     close(fd);
     return absl::UnavailableError(absl::StrCat("cannot bind ", addr.ToString(), ": ", strerror(e)));
   }
-  if (listen(fd, backlog) != 0) {
-    int e = errno;
+  applied = ApplySocketOptions(fd, options, SocketOption::State::kBound);
+  if (!applied.ok()) {
     close(fd);
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", addr.ToString(), ": ", strerror(e)));
+    return applied;
+  }
+  if (listen_now) {
+    applied = StartListening(fd, addr, backlog, options);
+    if (!applied.ok()) {
+      close(fd);
+      return applied;
+    }
   }
   return fd;
 }
 
+absl::Status StartListening(int fd, const SocketAddress& addr, int backlog,
+                            const SocketOptions& options) {
+  if (listen(fd, backlog) != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", addr.ToString(), ": ", strerror(errno)));
+  }
+  return ApplySocketOptions(fd, options, SocketOption::State::kListening);
+}
+
 absl::StatusOr<std::vector<int>> OpenWorkerSockets(SocketAddress addr, bool reuse_port,
-                                                   uint32_t workers) {
+                                                   uint32_t workers, const SocketOptions& options,
+                                                   bool replacing_own) {
   std::vector<int> fds;
-  if (reuse_port && addr.port() != 0) {
+  if (reuse_port && addr.port() != 0 && !replacing_own) {
     // SO_REUSEPORT would let us share a port with a stranger's socket: check it is free first.
     auto probe = OpenListenSocket(addr, false, 1);
     if (!probe.ok()) return probe.status();
     close(*probe);
   }
+  if (replacing_own) {
+    bool any = false;
+    for (const auto& o : options) any |= o.state == SocketOption::State::kListening;
+    if (any) {
+      auto scratch = SocketAddress::FromIpPort(addr.Ip(), 0);
+      if (scratch.ok()) {
+        auto fd = OpenListenSocket(*scratch, false, 1, options);
+        if (!fd.ok()) return fd.status();
+        close(*fd);
+      }
+    }
+  }
   uint32_t n = reuse_port ? workers : 1;
   for (uint32_t i = 0; i < n; ++i) {
-    auto fd = OpenListenSocket(addr, reuse_port, 4096);
+    auto fd = OpenListenSocket(addr, reuse_port, kListenBacklog, options, !replacing_own);
     if (!fd.ok()) {
       for (int f : fds) close(f);
       return fd.status();
@@ -75,6 +110,19 @@ SocketAddress Listener::LocalAddress() const {
   a.len = sizeof(a.storage);
   getsockname(fd_, reinterpret_cast<sockaddr*>(&a.storage), &a.len);
   return a;
+}
+
+void Listener::TakeQueued(const AcceptCallback& cb) {
+  while (true) {
+    sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    int fd = accept4(fd_, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      return;  // EAGAIN: the queue is empty (or out of descriptors: nothing more can be done)
+    }
+    cb(fd, SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&ss), len));
+  }
 }
 
 void Listener::OnReadable() {

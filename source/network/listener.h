@@ -10,17 +10,35 @@
 #include "absl/status/statusor.h"
 #include "source/event/dispatcher.h"
 #include "source/network/address.h"
+#include "source/network/socket_option.h"
 
 namespace rpx {
 
-// Opens, binds and listens. Returns the fd or an error naming the address.
-absl::StatusOr<int> OpenListenSocket(const SocketAddress& addr, bool reuse_port, int backlog);
+constexpr int kListenBacklog = 4096;
+
+// Opens, binds and (with `listen_now`) listens, applying each of `options` in its state (before
+// bind, after bind, after listen). Returns the fd or an error naming the address or the option.
+absl::StatusOr<int> OpenListenSocket(const SocketAddress& addr, bool reuse_port, int backlog,
+                                     const SocketOptions& options = {}, bool listen_now = true);
+
+// listen(2) on a socket that OpenListenSocket left bound, then its STATE_LISTENING options.
+absl::Status StartListening(int fd, const SocketAddress& addr, int backlog,
+                            const SocketOptions& options);
 
 // Opens one socket per worker for `addr` with SO_REUSEPORT (after checking that no other socket
 // holds the port), or a single socket without it. With port 0 the first socket picks the port
 // and the others share it.
+//
+// `replacing_own`: the port is held by the listener these sockets will replace (same address,
+// new socket options). Then the check is skipped and the sockets are only bound, not listening:
+// a bound socket takes no connections, so until StartListening the old sockets keep them all
+// (otherwise the kernel would queue a share of new connections on sockets nobody accepts from
+// yet). Their STATE_LISTENING options are tried on a scratch socket, so that StartListening
+// fails only for reasons the kernel cannot tell in advance.
 absl::StatusOr<std::vector<int>> OpenWorkerSockets(SocketAddress addr, bool reuse_port,
-                                                   uint32_t workers);
+                                                   uint32_t workers,
+                                                   const SocketOptions& options = {},
+                                                   bool replacing_own = false);
 
 class Listener {
  public:
@@ -30,6 +48,10 @@ class Listener {
   ~Listener();
   // Stops accepting (the socket stays open until destruction).
   void Pause(bool paused);
+  // Accepts every connection already queued on the socket and hands each to `cb` instead of the
+  // listener's own callback: a listener replaced on the same port passes them to its successor
+  // before it closes (closing would reset them).
+  void TakeQueued(const AcceptCallback& cb);
   SocketAddress LocalAddress() const;
 
  private:

@@ -116,9 +116,9 @@ BuildOptions ConfigManager::Options(const std::string& source) const {
   return o;
 }
 
-bool ConfigManager::OpenSockets(const ListenerConfig& l, std::vector<int>* fds,
-                                std::string* error) {
-  auto r = OpenWorkerSockets(l.address, l.reuse_port, concurrency_);
+bool ConfigManager::OpenSockets(const ListenerConfig& l, std::vector<int>* fds, std::string* error,
+                                bool replacing) {
+  auto r = OpenWorkerSockets(l.address, l.reuse_port, concurrency_, l.socket_options, replacing);
   if (!r.ok()) {
     *error = std::string(r.status().message());
     return false;
@@ -359,8 +359,9 @@ std::string ConfigManager::ApplyListeners(const XdsResourceMap& resources,
   std::vector<std::string> errors;
   struct Built {
     std::shared_ptr<const ListenerConfig> config;
-    std::vector<int> fds;  // new sockets, when the address is new
+    std::vector<int> fds;  // new sockets, when the address or the socket options are new
     bool reuse_pending_fds = false;
+    bool unlistened = false;  // fds replace sockets on the same port: listen at activation
   };
   std::map<std::string, Built> built;
   uint64_t ignored = 0;
@@ -402,8 +403,8 @@ std::string ConfigManager::ApplyListeners(const XdsResourceMap& resources,
     std::string addr = cfg->address.ToString();
     auto [pos, fresh] = addresses.emplace(addr, name);
     if (!fresh && cfg->address.port() != 0) {
-      errors.push_back(
-          absl::StrCat(path, ": address ", addr, " is already used by listener '", pos->second, "'"));
+      errors.push_back(absl::StrCat(path, ": address ", addr, " is already used by listener '",
+                                    pos->second, "'"));
       continue;
     }
     const DynListener* o = old != listeners_.end() ? &old->second : nullptr;
@@ -420,14 +421,36 @@ std::string ConfigManager::ApplyListeners(const XdsResourceMap& resources,
     }
     Built b;
     b.config = cfg;
-    if (o && o->pending && !o->pending_fds.empty() && o->pending->address == cfg->address) {
+    // The sockets stay when the address and their options do; new options need new sockets.
+    auto same_sockets = [&](const std::shared_ptr<const ListenerConfig>& prev) {
+      return prev && prev->address == cfg->address && prev->socket_options == cfg->socket_options;
+    };
+    if (o && !o->pending_fds.empty() && same_sockets(o->pending)) {
       b.reuse_pending_fds = true;
-    } else if (!(o && o->active && o->active->address == cfg->address)) {
+    } else if (!(o && same_sockets(o->active))) {
+      // Same address, other options: the new sockets join the old ones' SO_REUSEPORT group until
+      // the old listener closes. Without SO_REUSEPORT the port cannot be held twice.
+      const ListenerConfig* holder = nullptr;  // ours already on this address, if any
+      if (o && o->active && o->active->address == cfg->address) {
+        holder = o->active.get();
+      } else if (o && o->pending && !o->pending_fds.empty() &&
+                 o->pending->address == cfg->address) {
+        holder = o->pending.get();
+      }
+      bool replacing = holder != nullptr;
+      if (replacing && !(holder->reuse_port && cfg->reuse_port)) {
+        errors.push_back(absl::StrCat(
+            path, ": socket_options cannot change on ", addr,
+            " with enable_reuse_port false (the new sockets would need the port while the old "
+            "ones hold it); change the address too, or remove the listener first"));
+        continue;
+      }
       std::string err;
-      if (!OpenSockets(*cfg, &b.fds, &err)) {
+      if (!OpenSockets(*cfg, &b.fds, &err, replacing)) {
         errors.push_back(absl::StrCat(path, ": ", err));
         continue;
       }
+      b.unlistened = replacing;
     }
     built[name] = std::move(b);
   }
@@ -467,13 +490,17 @@ std::string ConfigManager::ApplyListeners(const XdsResourceMap& resources,
       d.active = old->second.active;  // keeps serving until the new form is ready
       if (b->second.reuse_pending_fds) {
         d.pending_fds = std::move(old->second.pending_fds);
+        d.pending_unlistened = old->second.pending_unlistened;
       } else {
         for (int fd : old->second.pending_fds) close(fd);
       }
       old->second.pending_fds.clear();
     }
     d.pending = b->second.config;
-    if (!b->second.reuse_pending_fds) d.pending_fds = std::move(b->second.fds);
+    if (!b->second.reuse_pending_fds) {
+      d.pending_fds = std::move(b->second.fds);
+      d.pending_unlistened = b->second.unlistened;
+    }
     next[name] = std::move(d);
   }
   listeners_ = std::move(next);
@@ -513,6 +540,25 @@ void ConfigManager::TryActivate(const std::string& name, bool timed_out) {
       cfg->routes = *RouteTable::Create(empty, "route_config");
     }
   }
+  if (d.pending_unlistened) {
+    for (int fd : d.pending_fds) {
+      auto st = StartListening(fd, cfg->address, kListenBacklog, cfg->socket_options);
+      if (!st.ok()) {
+        // Checked on a scratch socket when the version was accepted, so this is rare; the
+        // version in service stays.
+        RPX_LOG(kError, "listener '%s': %s; the previous version keeps serving", name,
+                st.message());
+        for (int f : d.pending_fds) close(f);
+        d.pending_fds.clear();
+        d.pending = nullptr;
+        d.pending_unlistened = false;
+        if (d.warm_timer) d.warm_timer->Disable();
+        RebuildListenerList();
+        return;
+      }
+    }
+    d.pending_unlistened = false;
+  }
   ActivateListener(d, cfg, std::move(d.pending_fds));
   RebuildListenerList();
 }
@@ -525,7 +571,8 @@ void ConfigManager::ActivateListener(DynListener& d, std::shared_ptr<const Liste
     for (size_t w = 0; w < workers_.size(); ++w) {
       workers_[w]->AddListener(config, w < fds.size() ? fds[w] : -1);
     }
-    if (!fds.empty()) RPX_LOG(kInfo, "listener '%s' on %s", config->name, config->address.ToString());
+    if (!fds.empty())
+      RPX_LOG(kInfo, "listener '%s' on %s", config->name, config->address.ToString());
   }
   d.active = config;
   d.pending = nullptr;
@@ -675,7 +722,8 @@ std::string ConfigManager::ConfigDumpJson() const {
   for (const auto& [name, d] : listeners_) {
     if (d.is_static) continue;
     items.push_back(item(name, d.version, d.updated_ms,
-                         d.pending ? (d.active ? "updating" : "warming") : "active", Json(d.proto)));
+                         d.pending ? (d.active ? "updating" : "warming") : "active",
+                         Json(d.proto)));
   }
   absl::StrAppend(&out, "  \"listeners\": [\n", absl::StrJoin(items, ",\n"), "\n  ],\n");
   items.clear();
@@ -690,8 +738,8 @@ std::string ConfigManager::ConfigDumpJson() const {
     items.push_back(item(c.name(), "static", 0, "static", Json(c)));
   }
   for (const auto& [name, d] : clusters_) {
-    items.push_back(item(name, d.version, d.updated_ms, d.warm ? "active" : "warming",
-                         Json(d.proto)));
+    items.push_back(
+        item(name, d.version, d.updated_ms, d.warm ? "active" : "warming", Json(d.proto)));
   }
   absl::StrAppend(&out, "  \"clusters\": [\n", absl::StrJoin(items, ",\n"), "\n  ],\n");
   items.clear();
@@ -703,10 +751,10 @@ std::string ConfigManager::ConfigDumpJson() const {
   if (xds_) {
     std::vector<std::string> status;
     for (const auto& [type, s] : xds_->status()) {
-      status.push_back(absl::StrCat("    ", Quote(type), ": {\"version\": ", Quote(s.version),
-                                    ", \"updates\": ", s.updates, ", \"nacks\": ", s.nacks,
-                                    ", \"last_nack\": ", s.last_nack.empty() ? "null" : Quote(s.last_nack),
-                                    "}"));
+      status.push_back(absl::StrCat(
+          "    ", Quote(type), ": {\"version\": ", Quote(s.version), ", \"updates\": ", s.updates,
+          ", \"nacks\": ", s.nacks,
+          ", \"last_nack\": ", s.last_nack.empty() ? "null" : Quote(s.last_nack), "}"));
     }
     absl::StrAppend(&out, "  \"xds\": {\"connected\": ", connected_ ? "true" : "false",
                     ", \"ignored_fields\": ", ignored_fields_, ", \"types\": {\n",

@@ -82,6 +82,9 @@ class ConfigManager : public XdsApplier {
     std::shared_ptr<const ListenerConfig> active;   // serving now (nullptr: not yet)
     std::shared_ptr<const ListenerConfig> pending;  // waiting for its routes
     std::vector<int> pending_fds;                   // sockets opened for `pending`
+    // pending_fds are bound but not yet listening: they share the active listener's port (new
+    // socket options) and must take no connection before they are accepted from.
+    bool pending_unlistened = false;
     std::string version;
     int64_t updated_ms = 0;
     std::unique_ptr<Timer> warm_timer;
@@ -105,7 +108,9 @@ class ConfigManager : public XdsApplier {
   void ActivateListener(DynListener& l, std::shared_ptr<const ListenerConfig> config,
                         std::vector<int> fds);
   void RebuildListenerList();
-  bool OpenSockets(const ListenerConfig& l, std::vector<int>* fds, std::string* error);
+  // `replacing`: the address is held by this listener's current sockets (see OpenWorkerSockets).
+  bool OpenSockets(const ListenerConfig& l, std::vector<int>* fds, std::string* error,
+                   bool replacing = false);
   BuildOptions Options(const std::string& source) const;
 
   Dispatcher& main_;

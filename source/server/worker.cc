@@ -12,8 +12,7 @@ namespace rpx {
 Worker::Worker(uint32_t index)
     : index_(index),
       dispatcher_(absl::StrCat("worker_", index)),
-      random_(static_cast<uint64_t>(
-                  std::chrono::steady_clock::now().time_since_epoch().count()) ^
+      random_(static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
               (0x5bd1e995ULL * (index + 1))),
       clusters_(dispatcher_, index) {}
 
@@ -48,11 +47,17 @@ void Worker::AddListenerNow(std::shared_ptr<const ListenerConfig> config, int fd
                                        random_, StatsFor(*config));
   ActiveListener* raw = l.get();
   l->listener = std::make_unique<Listener>(
-      dispatcher_, fd, [this, raw](int cfd, const SocketAddress& peer) { OnAccept(*raw, cfd, peer); });
+      dispatcher_, fd,
+      [this, raw](int cfd, const SocketAddress& peer) { OnAccept(*raw, cfd, peer); });
   auto it = listeners_.find(config->name);
   if (it != listeners_.end()) {
-    // Replaced under the same name (a new address): the old socket closes and its connections
-    // drain; with none left it is freed at once.
+    // Replaced under the same name (a new address or new socket options): the old socket
+    // closes and its connections drain; with none left it is freed at once. Connections already
+    // queued on it go to the new listener (closing the socket would reset them).
+    if (it->second->listener) {
+      it->second->listener->TakeQueued(
+          [this, raw](int cfd, const SocketAddress& peer) { OnAccept(*raw, cfd, peer); });
+    }
     it->second->listener.reset();
     std::vector<ServerConnection*> open = it->second->connections.Snapshot();
     if (!open.empty()) {

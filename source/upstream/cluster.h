@@ -10,11 +10,13 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "source/common/stats.h"
 #include "source/network/address.h"
+#include "source/network/socket_option.h"
 
 namespace rpx {
 
@@ -107,7 +109,7 @@ struct alignas(64) ClusterStats {
   Counter upstream_rq_timeout;
   Counter upstream_rq_reset;
   Counter upstream_cx_kept_after_reset;  // abandoned responses read to the end, connection reused
-  Counter upstream_rq_body_spliced;  // response bodies moved with splice(2), never copied
+  Counter upstream_rq_body_spliced;      // response bodies moved with splice(2), never copied
   Counter upstream_rq_2xx, upstream_rq_3xx, upstream_rq_4xx, upstream_rq_5xx;
 };
 
@@ -120,10 +122,13 @@ struct ClusterInfo {
   bool http2 = false;            // configured for HTTP/2 (only the xDS cluster may be)
   LbPolicy lb_policy = LbPolicy::kRoundRobin;
   uint64_t connect_timeout_ms = 5000;
-  uint64_t idle_timeout_ms = 3600 * 1000;  // 0: never
+  uint64_t idle_timeout_ms = 3600 * 1000;    // 0: never
   uint32_t max_requests_per_connection = 0;  // 0: unlimited
   uint32_t max_response_headers_count = 100;
   uint32_t buffer_limit = 1024 * 1024;
+  // upstream_bind_config: applied to every upstream socket before connect(2).
+  std::optional<SocketAddress> source_address;
+  SocketOptions socket_options;
   std::shared_ptr<ClusterResources> resources;
   // One stats block per worker, indexed by worker index (plus one for the main thread).
   std::unique_ptr<ClusterStats[]> stats;

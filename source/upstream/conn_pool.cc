@@ -454,10 +454,21 @@ bool ConnPool::TryCreateConnection() {
   }
   SetStarved(false);
   int err = 0;
-  auto conn = Connection::Connect(dispatcher_, host_->address, cluster_->buffer_limit, &err);
+  std::string detail;
+  ConnectOptions bind;
+  if (cluster_->source_address) bind.source = &*cluster_->source_address;
+  if (!cluster_->socket_options.empty()) bind.options = &cluster_->socket_options;
+  auto conn =
+      Connection::Connect(dispatcher_, host_->address, cluster_->buffer_limit, &err, bind, &detail);
   if (!conn) {
     cluster_->resources->ReleaseConnection();
-    RPX_LOG(kDebug, "connect to %s failed at once: %s", host_->address.ToString(), strerror(err));
+    if (!detail.empty()) {
+      // A configuration the kernel refuses here (it passed the check at load time): say so.
+      RPX_LOG(kWarn, "cluster '%s': connect to %s: %s", cluster_->name, host_->address.ToString(),
+              detail);
+    } else {
+      RPX_LOG(kDebug, "connect to %s failed at once: %s", host_->address.ToString(), strerror(err));
+    }
     ++deferred_connect_errors_;
     retry_timer_->Enable(0);
     return false;

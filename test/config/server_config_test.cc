@@ -1,5 +1,7 @@
 #include "source/config/server_config.h"
 
+#include <netinet/in.h>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "source/config/supported_fields.h"
@@ -130,7 +132,8 @@ TEST(ServerConfigTest, DuplicateClusterName) {
 TEST(ServerConfigTest, UnsupportedClusterTypeAndLbPolicy) {
   ServerConfig c;
   std::vector<std::string> errors;
-  std::string yaml = Replace(kGood, "lb_policy: RANDOM", "lb_policy: MAGLEV\n    type: LOGICAL_DNS");
+  std::string yaml =
+      Replace(kGood, "lb_policy: RANDOM", "lb_policy: MAGLEV\n    type: LOGICAL_DNS");
   EXPECT_FALSE(Build(yaml, &c, &errors));
   ASSERT_EQ(errors.size(), 2u);
   EXPECT_THAT(errors[0], HasSubstr("static_resources.clusters[0].type: cluster type LOGICAL_DNS"));
@@ -138,11 +141,12 @@ TEST(ServerConfigTest, UnsupportedClusterTypeAndLbPolicy) {
 }
 
 TEST(ServerConfigTest, UnsupportedFieldsAreErrorsNotIgnored) {
-  std::string e = OnlyError(Replace(kGood, "connect_timeout: 2s",
-                                    "connect_timeout: 2s\n    outlier_detection: {}"));
+  std::string e = OnlyError(
+      Replace(kGood, "connect_timeout: 2s", "connect_timeout: 2s\n    outlier_detection: {}"));
   // outlier_detection is not in rpx's proto subset, so the loader reports it as unknown.
   EXPECT_THAT(e, HasSubstr("static_resources.clusters[0].outlier_detection"));
-  e = OnlyError(Replace(kGood, "          route_config:\n", "          rds: {route_config_name: r}\n          route_config:\n"));
+  e = OnlyError(Replace(kGood, "          route_config:\n",
+                        "          rds: {route_config_name: r}\n          route_config:\n"));
   EXPECT_THAT(e, HasSubstr("only one of the 'route_specifier' fields"));
   std::string rds_only = kGood;
   size_t from = rds_only.find("          route_config:");
@@ -161,7 +165,8 @@ TEST(ServerConfigTest, UnsupportedFieldsAreErrorsNotIgnored) {
   EXPECT_FALSE(Build(rds_ads, &c2, &errors));
   ASSERT_EQ(errors.size(), 1u) << ::testing::PrintToString(errors);
   EXPECT_THAT(errors[0], HasSubstr("needs dynamic_resources.ads_config"));
-  e = OnlyError(Replace(kGood, "    - filters:\n", "    - transport_socket: {name: tls}\n      filters:\n"));
+  e = OnlyError(
+      Replace(kGood, "    - filters:\n", "    - transport_socket: {name: tls}\n      filters:\n"));
   EXPECT_THAT(e, HasSubstr("filter_chains[0].transport_socket"));
   EXPECT_THAT(e, HasSubstr("TLS"));
 }
@@ -212,10 +217,9 @@ constexpr char kLimit[] =
 TEST(ServerConfigTest, ConnectionLimit) {
   ServerConfig c;
   std::vector<std::string> errors;
-  ASSERT_TRUE(Build(WithNetworkFilter(std::string(kLimit) +
-                                      "          stat_prefix: cap\n"
-                                      "          max_connections: 500\n"
-                                      "          delay: 0.1s\n"),
+  ASSERT_TRUE(Build(WithNetworkFilter(std::string(kLimit) + "          stat_prefix: cap\n"
+                                                            "          max_connections: 500\n"
+                                                            "          delay: 0.1s\n"),
                     &c, &errors))
       << ::testing::PrintToString(errors);
   const auto& limit = c.listeners[0]->connection_limit;
@@ -229,12 +233,12 @@ TEST(ServerConfigTest, ConnectionLimit) {
   // runtime_enabled has no runtime to read: its default_value decides.
   errors.clear();
   c = ServerConfig();
-  ASSERT_TRUE(Build(WithNetworkFilter(std::string(kLimit) +
-                                      "          stat_prefix: cap\n"
-                                      "          max_connections: 5\n"
-                                      "          runtime_enabled: {default_value: false, "
-                                      "runtime_key: cap.enabled}\n"),
-                    &c, &errors))
+  ASSERT_TRUE(Build(
+      WithNetworkFilter(std::string(kLimit) + "          stat_prefix: cap\n"
+                                              "          max_connections: 5\n"
+                                              "          runtime_enabled: {default_value: false, "
+                                              "runtime_key: cap.enabled}\n"),
+      &c, &errors))
       << ::testing::PrintToString(errors);
   EXPECT_FALSE(c.listeners[0]->connection_limit);
 }
@@ -257,9 +261,9 @@ TEST(ServerConfigTest, BadConnectionLimit) {
 }
 
 TEST(ServerConfigTest, OnlyTheRouterHttpFilter) {
-  std::string e = OnlyError(Replace(
-      kGood, "- name: envoy.filters.http.router\n",
-      "- name: envoy.filters.http.cors\n          - name: envoy.filters.http.router\n"));
+  std::string e = OnlyError(
+      Replace(kGood, "- name: envoy.filters.http.router\n",
+              "- name: envoy.filters.http.cors\n          - name: envoy.filters.http.router\n"));
   EXPECT_THAT(e, HasSubstr("http_filters[0]: http filter 'envoy.filters.http.cors'"));
 }
 
@@ -272,7 +276,8 @@ TEST(ServerConfigTest, BadAddressAndPort) {
 }
 
 TEST(ServerConfigTest, HeadersKbLimit) {
-  std::string e = OnlyError(Replace(kGood, "max_request_headers_kb: 30", "max_request_headers_kb: 9000"));
+  std::string e =
+      OnlyError(Replace(kGood, "max_request_headers_kb: 30", "max_request_headers_kb: 9000"));
   EXPECT_THAT(e, HasSubstr("max_request_headers_kb: must be within [1, 8192]"));
 }
 
@@ -348,8 +353,10 @@ TEST(ServerConfigTest, NoListeners) {
 
 TEST(ServerConfigTest, StrictDnsResolvesLocalhost) {
   std::string yaml = Replace(kGood, "lb_policy: RANDOM", "lb_policy: RANDOM\n    type: STRICT_DNS");
-  yaml = Replace(yaml, "address: 127.0.0.1, port_value: 8081", "address: localhost, port_value: 8081");
-  yaml = Replace(yaml, "address: \"::1\", port_value: 8082", "address: localhost, port_value: 8082");
+  yaml =
+      Replace(yaml, "address: 127.0.0.1, port_value: 8081", "address: localhost, port_value: 8081");
+  yaml =
+      Replace(yaml, "address: \"::1\", port_value: 8082", "address: localhost, port_value: 8082");
   ServerConfig c;
   std::vector<std::string> errors;
   ASSERT_TRUE(Build(yaml, &c, &errors)) << ::testing::PrintToString(errors);
@@ -357,6 +364,74 @@ TEST(ServerConfigTest, StrictDnsResolvesLocalhost) {
   ASSERT_GE(hosts.size(), 2u);
   EXPECT_EQ(hosts[0]->hostname, "localhost");
   EXPECT_EQ(c.dns_clusters.size(), 1u);
+}
+
+// Envoy's socket options: raw setsockopt calls on the listener's sockets and, through
+// upstream_bind_config, on every upstream connection (with its source address and freebind).
+TEST(ServerConfigTest, SocketOptions) {
+  std::string yaml = Replace(kGood, "    per_connection_buffer_limit_bytes: 65536\n",
+                             "    per_connection_buffer_limit_bytes: 65536\n"
+                             "    socket_options:\n"
+                             "    - {description: cc, level: 6, name: 13, buf_value: cmVubw==}\n"
+                             "    - {level: 1, name: 9, int_value: 1, state: STATE_LISTENING}\n");
+  yaml = Replace(yaml, "    connect_timeout: 2s\n",
+                 "    connect_timeout: 2s\n"
+                 "    upstream_bind_config:\n"
+                 "      source_address: {address: 127.0.0.2, port_value: 0}\n"
+                 "      freebind: true\n"
+                 "      socket_options: [{level: 6, name: 13, buf_value: cmVubw==}]\n");
+  ServerConfig c;
+  std::vector<std::string> errors;
+  ASSERT_TRUE(Build(yaml, &c, &errors)) << ::testing::PrintToString(errors);
+  const SocketOptions& lo = c.listeners[0]->socket_options;
+  ASSERT_EQ(lo.size(), 2u);
+  EXPECT_EQ(lo[0].description, "cc");
+  EXPECT_FALSE(lo[0].is_int);
+  EXPECT_EQ(lo[0].buf_value, "reno");
+  EXPECT_EQ(lo[0].state, SocketOption::State::kPrebind);
+  EXPECT_EQ(lo[1].level, 1);
+  EXPECT_EQ(lo[1].name, 9);
+  EXPECT_TRUE(lo[1].is_int);
+  EXPECT_EQ(lo[1].int_value, 1);
+  EXPECT_EQ(lo[1].state, SocketOption::State::kListening);
+
+  const ClusterInfo& web = *c.clusters.at("web").info;
+  ASSERT_TRUE(web.source_address.has_value());
+  EXPECT_EQ(web.source_address->ToString(), "127.0.0.2:0");
+  ASSERT_EQ(web.socket_options.size(), 2u);
+  EXPECT_EQ(web.socket_options[0].level, IPPROTO_IP);  // freebind, as an option
+  EXPECT_EQ(web.socket_options[0].name, IP_FREEBIND);
+  EXPECT_EQ(web.socket_options[0].int_value, 1);
+  EXPECT_EQ(web.socket_options[1].buf_value, "reno");
+}
+
+TEST(ServerConfigTest, BadSocketOptions) {
+  std::string yaml = Replace(kGood, "    per_connection_buffer_limit_bytes: 65536\n",
+                             "    per_connection_buffer_limit_bytes: 65536\n"
+                             "    socket_options:\n"
+                             "    - {level: 6, name: 13}\n"
+                             "    - {level: 4294967296, name: 1, int_value: 1}\n"
+                             "    - {level: 1, name: 9, int_value: 4294967296}\n");
+  yaml = Replace(yaml, "    connect_timeout: 2s\n",
+                 "    connect_timeout: 2s\n"
+                 "    upstream_bind_config:\n"
+                 "      socket_options:\n"
+                 "      - {level: 1, name: 9, int_value: 1, state: STATE_BOUND}\n"
+                 "      - {description: cc, level: 6, name: 13, buf_value: bm9wZQ==}\n");
+  ServerConfig c;
+  std::vector<std::string> errors;
+  EXPECT_FALSE(Build(yaml, &c, &errors));
+  std::string all = ::testing::PrintToString(errors);
+  ASSERT_EQ(errors.size(), 5u) << all;
+  const std::string l = "t.yaml: static_resources.listeners[0].socket_options";
+  const std::string b = "t.yaml: static_resources.clusters[0].upstream_bind_config";
+  EXPECT_THAT(all, HasSubstr(l + "[0]: int_value or buf_value is required"));
+  EXPECT_THAT(all, HasSubstr(l + "[1].level: 4294967296 is not a setsockopt level"));
+  EXPECT_THAT(all, HasSubstr(l + "[2].int_value: 4294967296 does not fit in a C int"));
+  EXPECT_THAT(all, HasSubstr(b + ".socket_options[0].state: only STATE_PREBIND applies to "
+                                 "upstream connections"));
+  // The kernel judges the rest at load time: an unknown congestion control ("nope").
+  EXPECT_THAT(all, HasSubstr(b + ": setting socket option 'cc' (level 6, name 13): No such file"));
 }
 
 }  // namespace

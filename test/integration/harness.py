@@ -12,6 +12,7 @@ Where things come from (set by integration_test.sh under Bazel, or by hand):
   RPX_TEST_KEEP_TMP=1     keep the temporary directories (configs, rpx logs) for debugging
 """
 
+import base64
 import fcntl
 import hashlib
 import http.client
@@ -1505,6 +1506,62 @@ def curl(url, *args, timeout=CURL_TIMEOUT):
     """One request with curl (-s -S; headers via -D). Returns a Response (status, headers, body)."""
     responses, _ = curl_multi([url], *args, timeout=timeout)
     return responses[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# TCP sockets as the kernel holds them (ss), and socket options to set on them
+# ---------------------------------------------------------------------------------------------
+
+IPPROTO_TCP, TCP_CONGESTION = 6, 13
+
+
+def default_congestion_control():
+    with open("/proc/sys/net/ipv4/tcp_congestion_control") as f:
+        return f.read().strip()
+
+
+def other_congestion_control():
+    """An algorithm that is not the default and that an unprivileged process may pick: reno is
+    always allowed; when it is the default, any other allowed one."""
+    default = default_congestion_control()
+    if default != "reno":
+        return "reno"
+    with open("/proc/sys/net/ipv4/tcp_allowed_congestion_control") as f:
+        for name in f.read().split():
+            if name != default:
+                return name
+    return None
+
+
+def congestion_option(name, **extra):
+    o = {"level": IPPROTO_TCP, "name": TCP_CONGESTION,
+         "buf_value": base64.b64encode(name.encode()).decode()}
+    o.update(extra)
+    return o
+
+
+def tcp_sockets(filter_expr):
+    """(local address, peer address, info line) of the established TCP sockets matching an ss
+    filter, e.g. "sport = :8080"."""
+    out = subprocess.run(["ss", "-Htin", "state", "established", filter_expr],
+                         capture_output=True, text=True, timeout=10).stdout
+    lines = out.splitlines()
+    found = []
+    # ss -i prints each socket on one line and its details, indented, on the next.
+    for i, line in enumerate(lines):
+        if line.startswith((" ", "\t")):
+            continue
+        fields = line.split()
+        info = lines[i + 1] if i + 1 < len(lines) and lines[i + 1].startswith((" ", "\t")) else ""
+        found.append((fields[-2], fields[-1], info))
+    return found
+
+
+def tcp_algorithm(info):
+    """The congestion control named in an `ss -i` details line."""
+    m = re.search(r"\b(reno|cubic|bbr|bbr2|vegas|westwood|htcp|dctcp|bic|highspeed|hybla|"
+                  r"illinois|lp|scalable|veno|yeah|cdg|nv)\b", info)
+    return m.group(1) if m else None
 
 
 # ---------------------------------------------------------------------------------------------

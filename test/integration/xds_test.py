@@ -14,8 +14,9 @@ import threading
 import time
 import unittest
 
-from harness import (XDS_TYPE_URLS, IntegrationTestCase, curl, eds_cluster, free_port,
-                     http_request, load_assignment, rds_listener, route, route_configuration,
+from harness import (XDS_TYPE_URLS, IntegrationTestCase, congestion_option, curl, eds_cluster,
+                     free_port, http_request, load_assignment, other_congestion_control,
+                     rds_listener, route, route_configuration, tcp_algorithm, tcp_sockets,
                      virtual_host, wait_until, xds_bootstrap)
 
 CONFIG_FILE = "config.yaml"
@@ -345,6 +346,38 @@ class XdsTests(object):
         dump = by_name(self.proxy.config_dump()["listeners"], "main")
         self.assertEqual(dump["state"], "active")
         self.assertEqual(dump["config"]["address"]["socket_address"]["port_value"], new_port)
+
+    def test_listener_socket_options_change_in_place_and_refusal(self):
+        cc = other_congestion_control()
+        if cc is None:
+            self.skipTest("no second congestion control is allowed on this host")
+        self.start_all(("A",))
+        self.assertEqual(self.served_by("/before"), "A")
+        # New socket options on the same address: new sockets on the same port replace the old.
+        tuned = rds_listener("main", self.port, MAIN_ROUTES)
+        tuned["socket_options"] = [congestion_option(cc, description="cc")]
+        mark = self.update(listeners=[tuned])
+        self.wait_ack("LDS", mark)
+
+        def accepted_with_option():
+            c = self.raw_client(self.port)
+            c.send(http_request("GET", "/tuned"))
+            if c.read_response().status != 200:
+                return False
+            mine = tcp_sockets("sport = :%d and dport = :%d" %
+                               (self.port, c.sock.getsockname()[1]))
+            return len(mine) == 1 and tcp_algorithm(mine[0][2]) == cc
+        wait_until(accepted_with_option, timeout=10,
+                   what="connections accepted by the new sockets, with the option")
+
+        # A value the kernel refuses is NACKed, naming the option; the listener keeps serving.
+        bad = rds_listener("main", self.port, MAIN_ROUTES)
+        bad["socket_options"] = [congestion_option("no-such-algorithm", description="bad cc")]
+        mark = self.update(listeners=[bad])
+        kept, error = self.xds.wait_nack("LDS", mark, node=NODE)
+        self.assertIn("Listener 'main'", error)
+        self.assertIn("setting socket option 'bad cc' (level 6, name 13)", error)
+        self.assertTrue(accepted_with_option(), "the accepted version stopped serving")
 
     def test_connection_limit_counts_across_a_listener_update(self):
         # A listener with envoy.filters.network.connection_limit, updated over LDS while

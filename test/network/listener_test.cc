@@ -1,0 +1,112 @@
+#include "source/network/listener.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace rpx {
+namespace {
+
+using ::testing::HasSubstr;
+
+SocketAddress Loopback(uint16_t port) { return *SocketAddress::FromIpPort("127.0.0.1", port); }
+
+uint16_t PortOf(int fd) {
+  sockaddr_in a{};
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  return ntohs(a.sin_port);
+}
+
+// Connects to 127.0.0.1:port and returns the listener's side of the connection.
+int AcceptOne(int listen_fd) {
+  int client = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(PortOf(listen_fd));
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(connect(client, reinterpret_cast<sockaddr*>(&to), sizeof(to)), 0);
+  int accepted = -1;
+  for (int i = 0; i < 1000 && accepted < 0; ++i) {  // the listening socket is non-blocking
+    accepted = accept(listen_fd, nullptr, nullptr);
+    if (accepted < 0) usleep(1000);
+  }
+  close(client);
+  return accepted;
+}
+
+SocketOption Option(int level, int name, SocketOption::State state) {
+  SocketOption o;
+  o.level = level;
+  o.name = name;
+  o.state = state;
+  return o;
+}
+
+// Options set on the listening socket (in any state) are what the accepted connections start
+// with: the congestion control and keep-alive are inherited.
+TEST(ListenerTest, ListenSocketOptionsReachAcceptedConnections) {
+  SocketOption cc = Option(IPPROTO_TCP, TCP_CONGESTION, SocketOption::State::kPrebind);
+  cc.is_int = false;
+  cc.buf_value = "reno";
+  SocketOption keepalive = Option(SOL_SOCKET, SO_KEEPALIVE, SocketOption::State::kListening);
+  keepalive.int_value = 1;
+  auto fd = OpenListenSocket(Loopback(0), false, 16, {cc, keepalive});
+  ASSERT_TRUE(fd.ok()) << fd.status();
+  int accepted = AcceptOne(*fd);
+  ASSERT_GE(accepted, 0);
+  char name[32] = {};
+  socklen_t len = sizeof(name);
+  ASSERT_EQ(getsockopt(accepted, IPPROTO_TCP, TCP_CONGESTION, name, &len), 0);
+  EXPECT_STREQ(name, "reno");
+  int v = 0;
+  len = sizeof(v);
+  ASSERT_EQ(getsockopt(accepted, SOL_SOCKET, SO_KEEPALIVE, &v, &len), 0);
+  EXPECT_EQ(v, 1);
+  close(accepted);
+  close(*fd);
+}
+
+// A refused option fails the listener in every state, naming the option; nothing stays bound.
+TEST(ListenerTest, RefusedOptionFailsTheSocket) {
+  for (auto state : {SocketOption::State::kPrebind, SocketOption::State::kBound,
+                     SocketOption::State::kListening}) {
+    SocketOption bogus = Option(SOL_SOCKET, 12345, state);
+    bogus.description = "bogus";
+    auto fd = OpenListenSocket(Loopback(0), false, 16, {bogus});
+    ASSERT_FALSE(fd.ok());
+    EXPECT_THAT(std::string(fd.status().message()),
+                HasSubstr("setting socket option 'bogus' (level 1, name 12345)"));
+  }
+}
+
+// Replacing a listener's sockets on the same port (new socket options): the check that a
+// stranger does not hold the port must not trip over the listener's own sockets.
+TEST(ListenerTest, ReplacingOwnSocketsOnTheSamePort) {
+  auto first = OpenWorkerSockets(Loopback(0), true, 2);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(first->size(), 2u);
+  uint16_t port = PortOf((*first)[0]);
+  EXPECT_EQ(PortOf((*first)[1]), port);
+
+  auto stranger = OpenWorkerSockets(Loopback(port), true, 2);
+  ASSERT_FALSE(stranger.ok());
+  EXPECT_THAT(std::string(stranger.status().message()), HasSubstr("cannot bind 127.0.0.1:"));
+
+  auto replacement = OpenWorkerSockets(Loopback(port), true, 2, {}, /*replacing_own=*/true);
+  ASSERT_TRUE(replacement.ok()) << replacement.status();
+  EXPECT_EQ(PortOf((*replacement)[0]), port);
+  for (int fd : *first) close(fd);
+  for (int fd : *replacement) close(fd);
+}
+
+}  // namespace
+}  // namespace rpx
