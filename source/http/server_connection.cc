@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <cstdio>
 #include <cstring>
@@ -512,7 +513,14 @@ void ServerConnection::OnStreamIdleTimeout() {
 
 void ServerConnection::CloseWhenIdle() {
   drain_ = true;
-  if (!stream_active_) Close(true);
+  if (stream_active_) return;
+  // A request may be on its way already: on a connection that has not had one yet (accepted
+  // just before the drain), or in bytes not read yet. Closing now would leave it unanswered; it
+  // is served instead, with Connection: close. The listener's drain time bounds the wait.
+  if (requests_ == 0 || !conn_->read_buffer().empty()) return;
+  char c;
+  if (::recv(conn_->fd(), &c, 1, MSG_PEEK | MSG_DONTWAIT) > 0) return;
+  Close(true);
 }
 
 void ServerConnection::Close(bool flush) {

@@ -28,7 +28,8 @@ class ServerConnection : public ConnectionCallbacks,
                    HttpStats& stats, StreamHandlerFactory& factory, const SocketAddress& peer);
   ~ServerConnection() override;
 
-  // Closes after the stream in flight (or now, when idle). Used for drain.
+  // Closes after the stream in flight, or now when idle: a keep-alive connection between
+  // requests with none waiting unread. Used for drain.
   void CloseWhenIdle();
 
   // ConnectionCallbacks

@@ -353,6 +353,10 @@ class XdsTests(object):
             self.skipTest("no second congestion control is allowed on this host")
         self.start_all(("A",))
         self.assertEqual(self.served_by("/before"), "A")
+        # Accepted by the old listener, request not sent yet when the listener is replaced.
+        early = self.raw_client(self.port)
+        wait_until(lambda: self.proxy.stat("http.main.downstream_cx_active") == 1, timeout=5,
+                   what="rpx to accept the early connection")
         # New socket options on the same address: new sockets on the same port replace the old.
         tuned = rds_listener("main", self.port, MAIN_ROUTES)
         tuned["socket_options"] = [congestion_option(cc, description="cc")]
@@ -369,6 +373,12 @@ class XdsTests(object):
             return len(mine) == 1 and tcp_algorithm(mine[0][2]) == cc
         wait_until(accepted_with_option, timeout=10,
                    what="connections accepted by the new sockets, with the option")
+        # The old listener drains: the early connection's first request is still answered (and
+        # the connection then closed), not dropped unanswered.
+        early.send(http_request("GET", "/early"))
+        r = early.read_response()
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(r.headers.get("connection"), "close", r)
 
         # A value the kernel refuses is NACKed, naming the option; the listener keeps serving.
         bad = rds_listener("main", self.port, MAIN_ROUTES)
