@@ -462,8 +462,10 @@ bool ConnPool::TryCreateConnection() {
       Connection::Connect(dispatcher_, host_->address, cluster_->buffer_limit, &err, bind, &detail);
   if (!conn) {
     cluster_->resources->ReleaseConnection();
-    if (!detail.empty()) {
-      // A configuration the kernel refuses here (it passed the check at load time): say so.
+    if (!detail.empty() && !bind_error_logged_) {
+      // The kernel refuses the cluster's upstream_bind_config here (it passed the check at load
+      // time): say so once per pool, not on every request that fails for it.
+      bind_error_logged_ = true;
       RPX_LOG(kWarn, "cluster '%s': connect to %s: %s", cluster_->name, host_->address.ToString(),
               detail);
     } else {

@@ -179,6 +179,7 @@ class ConnPool {
   bool starved_ = false;
   bool draining_ = false;
   int deferred_connect_errors_ = 0;  // connect() failed at once; failed from the retry timer
+  bool bind_error_logged_ = false;   // a refused upstream_bind_config was logged
 };
 
 class ConnPool::Pending {

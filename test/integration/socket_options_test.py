@@ -68,6 +68,24 @@ class SocketOptionsTest(IntegrationTestCase):
 
 class BadSocketOptionsTest(IntegrationTestCase):
 
+    def test_source_address_the_kernel_refuses_fails_requests_and_says_why(self):
+        # 192.0.2.1 (TEST-NET-1) is on no interface here: bind(2) refuses it at every connect.
+        echo = self.start_echo("E")
+        port = free_port()
+        proxy = self.start_rpx(bootstrap(
+            [http_listener("main", port, [virtual_host("all", ["*"], [route("/", "E")])])],
+            [cluster("E", echo.port, extra={"upstream_bind_config": {
+                "source_address": {"address": "192.0.2.1", "port_value": 0}}})]))
+        for i in range(3):
+            client = self.raw_client(port)
+            client.send(http_request("GET", "/%d" % i))
+            self.assertEqual(client.read_response().status, 503)
+        self.assertEqual(echo.request_count(), 0)
+        log = proxy.stderr_text()
+        self.assertIn("cluster 'E': connect to 127.0.0.1:%d: binding to source address "
+                      "192.0.2.1:0: Cannot assign requested address" % echo.port, log)
+        self.assertLessEqual(log.count("binding to source address"), 2, log)  # once per worker
+
     def test_refused_listener_option_stops_startup_with_its_name(self):
         echo = self.start_echo("E")
         config = bootstrap(
