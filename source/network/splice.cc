@@ -157,22 +157,24 @@ void Splicer::Pump(bool source_event) {
   uint64_t moved_total = 0;
   // A short or EAGAIN splice means that side is done for this wakeup: not asking it again saves
   // a syscall (splice calls are most of the cost of a spliced body); level-triggered readiness
-  // reports anything that changes meanwhile.
-  bool source_dry = false, sink_full = false;
+  // reports anything that changes meanwhile. A sink that refused bytes is not offered more
+  // until it reports itself writable.
+  if (!source_event) sink_blocked_ = false;
+  bool source_dry = false, sink_full = sink_blocked_;
   while (true) {
     if (!source_dry && !FillPipe(source_event, &source_dry))
       return;  // Fail() ran; `this` may be gone
     uint64_t pipe_before = in_pipe_;
     if (!sink_full && !DrainPipe(&sink_full)) return;
     moved_total += pipe_before - in_pipe_;
-    bool can_fill = !source_dry && to_read_ > 0 && in_pipe_ < pipe_size_;
+    bool can_fill = !source_dry && !pipe_stalled_ && to_read_ > 0 && in_pipe_ < pipe_size_;
     bool can_drain = !sink_full && in_pipe_ > 0;
     if (!can_fill && !can_drain) break;
     if (pipe_before == in_pipe_ && !can_fill) break;  // the sink took nothing more
   }
   // Readiness wanted: the source while there is room and bytes to take, the sink while the
   // pipe holds bytes.
-  if (source_) source_->WantSpliceRead(to_read_ > 0 && in_pipe_ < pipe_size_);
+  if (source_) source_->WantSpliceRead(to_read_ > 0 && in_pipe_ < pipe_size_ && !pipe_stalled_);
   if (sink_) sink_->WantSpliceWrite(in_pipe_ > 0);
   pumping_ = false;
   if (moved_total > 0) {
@@ -188,7 +190,7 @@ void Splicer::Pump(bool source_event) {
 }
 
 bool Splicer::FillPipe(bool source_event, bool* dry) {
-  while (to_read_ > 0 && in_pipe_ < pipe_size_ && source_) {
+  while (to_read_ > 0 && in_pipe_ < pipe_size_ && !pipe_stalled_ && source_) {
     size_t want = static_cast<size_t>(std::min<uint64_t>(to_read_, pipe_size_ - in_pipe_));
     ssize_t n =
         ::splice(source_->fd(), nullptr, pipe_w_, nullptr, want, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
@@ -197,18 +199,21 @@ bool Splicer::FillPipe(bool source_event, bool* dry) {
       in_pipe_ += n;
       if (static_cast<size_t>(n) < want) {
         *dry = true;
+        if (in_pipe_ > 0) pipe_stalled_ = true;
         break;
       }
       continue;
     }
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
       *dry = true;
+      if (in_pipe_ > 0) pipe_stalled_ = true;
       break;
     }
     FailReading(n);
     return false;
   }
-  if (source_event && to_read_ > 0 && in_pipe_ >= pipe_size_ && source_) {
+  if (pipe_stalled_) *dry = true;
+  if (source_event && to_read_ > 0 && (in_pipe_ >= pipe_size_ || pipe_stalled_) && source_) {
     // The pipe is full, so the source is not read; still notice a reset or an early EOF (a
     // hang-up is reported whatever the interest, and would otherwise be reported forever).
     char c;
@@ -238,14 +243,17 @@ bool Splicer::DrainPipe(bool* full) {
     if (n > 0) {
       bool partial = static_cast<uint64_t>(n) < in_pipe_;
       in_pipe_ -= n;
+      pipe_stalled_ = false;
       if (partial) {
         *full = true;
+        sink_blocked_ = true;
         break;
       }
       continue;
     }
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
       *full = true;
+      sink_blocked_ = true;
       break;
     }
     pumping_ = false;

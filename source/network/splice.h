@@ -3,7 +3,8 @@
 // Envoy copy). Used for plaintext HTTP/1 bodies of known length once their head is forwarded.
 //
 // While splicing, the sink holds little unsent data (TCP_NOTSENT_LOWAT, reset when done). No
-// SO_RCVLOWAT on the source: an upstream that pauses mid-body must not hold back what it sent.
+// SO_RCVLOWAT on the source: an upstream that pauses mid-body must not hold back what it sent
+// (and, measured, fewer wakeups from it saved nothing once EAGAIN splices were gone).
 //
 // Ordering: bytes already in the sink's write buffer (the response head) go out first; the
 // splicer writes only while that buffer is empty. Backpressure is the pipe: a sink that does not
@@ -73,9 +74,15 @@ class Splicer : public SpliceHandler {
   SplicerCallbacks& callbacks_;
   int pipe_r_, pipe_w_;
   size_t pipe_size_;
-  uint64_t to_read_;       // bytes still to take from the source
-  uint64_t in_pipe_ = 0;   // bytes in the pipe, not yet in the sink
-  bool finished_ = false;  // done or failed: no more callbacks
+  uint64_t to_read_;      // bytes still to take from the source
+  uint64_t in_pipe_ = 0;  // bytes in the pipe, not yet in the sink
+  // A fill stopped short with bytes in the pipe. The pipe may be out of slots (it holds a fixed
+  // number of buffers, whatever their size) rather than bytes, so the source is not read again
+  // until the sink has taken some: with a level-triggered source that still has data, asking
+  // again at once would spin on EAGAIN.
+  bool pipe_stalled_ = false;
+  bool sink_blocked_ = false;  // the sink took less than offered: wait for it to be writable
+  bool finished_ = false;      // done or failed: no more callbacks
   bool pumping_ = false;
   bool* destroyed_ = nullptr;  // set while a callback runs, to detect `delete this`
 };
