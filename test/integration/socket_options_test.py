@@ -86,32 +86,29 @@ class BadSocketOptionsTest(IntegrationTestCase):
                       "192.0.2.1:0: Cannot assign requested address" % echo.port, log)
         self.assertLessEqual(log.count("binding to source address"), 2, log)  # once per worker
 
-    def test_refused_listener_option_stops_startup_with_its_name(self):
+    def startup_error(self, listener_extra=None, cluster_extra=None):
+        """rpx's startup failure (RpxError text) for a one-listener, one-cluster bootstrap."""
         echo = self.start_echo("E")
-        config = bootstrap(
+        proxy = Rpx(bootstrap(
             [http_listener("main", free_port(), [virtual_host("all", ["*"], [route("/", "E")])],
-                           listener_extra={"socket_options": [
-                               congestion_option("no-such-algorithm", description="my cc")]})],
-            [cluster("E", echo.port)])
-        proxy = Rpx(config)
+                           listener_extra=listener_extra)],
+            [cluster("E", echo.port, extra=cluster_extra)]))
         self.addCleanup(proxy.cleanup)
         with self.assertRaises(RpxError) as cm:
             proxy.start()
+        return str(cm.exception)
+
+    def test_refused_listener_option_stops_startup_with_its_name(self):
+        error = self.startup_error(listener_extra={"socket_options": [
+            congestion_option("no-such-algorithm", description="my cc")]})
         self.assertIn("setting socket option 'my cc' (level 6, name 13): No such file or directory",
-                      str(cm.exception))
+                      error)
 
     def test_refused_upstream_option_is_a_config_error(self):
-        echo = self.start_echo("E")
-        config = bootstrap(
-            [http_listener("main", free_port(), [virtual_host("all", ["*"], [route("/", "E")])])],
-            [cluster("E", echo.port, extra={"upstream_bind_config": {
-                "socket_options": [congestion_option("no-such-algorithm")]}})])
-        proxy = Rpx(config)
-        self.addCleanup(proxy.cleanup)
-        with self.assertRaises(RpxError) as cm:
-            proxy.start()
+        error = self.startup_error(cluster_extra={"upstream_bind_config": {
+            "socket_options": [congestion_option("no-such-algorithm")]}})
         self.assertIn("clusters[0].upstream_bind_config: setting socket option (level 6, name 13)",
-                      str(cm.exception))
+                      error)
 
 
 if __name__ == "__main__":
