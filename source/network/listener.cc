@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -47,6 +48,11 @@ absl::StatusOr<int> OpenListenSocket(const SocketAddress& addr, bool reuse_port,
 
 absl::Status StartListening(int fd, const SocketAddress& addr, int backlog,
                             const SocketOptions& options) {
+  int listening = 0;
+  socklen_t len = sizeof(listening);
+  if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) == 0 && listening) {
+    return absl::OkStatus();
+  }
   if (listen(fd, backlog) != 0) {
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", addr.ToString(), ": ", strerror(errno)));
@@ -112,27 +118,19 @@ SocketAddress Listener::LocalAddress() const {
   return a;
 }
 
-void Listener::TakeQueued(const AcceptCallback& cb) {
-  while (true) {
-    sockaddr_storage ss;
-    socklen_t len = sizeof(ss);
-    int fd = accept4(fd_, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      return;  // EAGAIN: the queue is empty (or out of descriptors: nothing more can be done)
-    }
-    cb(fd, SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&ss), len));
-  }
-}
+void Listener::TakeQueued(const AcceptCallback& cb) { Accept(cb, SIZE_MAX); }
 
-void Listener::OnReadable() {
-  // Accept a bounded batch so one busy listener cannot starve established connections.
-  for (int i = 0; i < 64; ++i) {
+// Accept a bounded batch so one busy listener cannot starve established connections.
+void Listener::OnReadable() { Accept(cb_, 64); }
+
+void Listener::Accept(const AcceptCallback& cb, size_t max) {
+  for (size_t i = 0; i < max; ++i) {
     sockaddr_storage ss;
     socklen_t len = sizeof(ss);
     int fd = accept4(fd_, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
-      if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED) return;
+      if (errno == EINTR || errno == ECONNABORTED) continue;  // that one is gone; next
+      if (errno == EAGAIN) return;
       if (errno == EMFILE || errno == ENFILE) {
         RPX_LOG(kWarn, "accept: %s (out of file descriptors)", strerror(errno));
         return;
@@ -140,7 +138,7 @@ void Listener::OnReadable() {
       RPX_LOG(kWarn, "accept: %s", strerror(errno));
       return;
     }
-    cb_(fd, SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&ss), len));
+    cb(fd, SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&ss), len));
   }
 }
 

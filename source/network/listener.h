@@ -22,6 +22,7 @@ absl::StatusOr<int> OpenListenSocket(const SocketAddress& addr, bool reuse_port,
                                      const SocketOptions& options = {}, bool listen_now = true);
 
 // listen(2) on a socket that OpenListenSocket left bound, then its STATE_LISTENING options.
+// A socket already listening is left as it is.
 absl::Status StartListening(int fd, const SocketAddress& addr, int backlog,
                             const SocketOptions& options);
 
@@ -56,6 +57,7 @@ class Listener {
 
  private:
   void OnReadable();
+  void Accept(const AcceptCallback& cb, size_t max);  // up to `max`, until the queue is empty
   Dispatcher& dispatcher_;
   int fd_;
   AcceptCallback cb_;

@@ -361,7 +361,6 @@ std::string ConfigManager::ApplyListeners(const XdsResourceMap& resources,
     std::shared_ptr<const ListenerConfig> config;
     std::vector<int> fds;  // new sockets, when the address or the socket options are new
     bool reuse_pending_fds = false;
-    bool unlistened = false;  // fds replace sockets on the same port: listen at activation
   };
   std::map<std::string, Built> built;
   uint64_t ignored = 0;
@@ -450,7 +449,6 @@ std::string ConfigManager::ApplyListeners(const XdsResourceMap& resources,
         errors.push_back(absl::StrCat(path, ": ", err));
         continue;
       }
-      b.unlistened = replacing;
     }
     built[name] = std::move(b);
   }
@@ -490,17 +488,13 @@ std::string ConfigManager::ApplyListeners(const XdsResourceMap& resources,
       d.active = old->second.active;  // keeps serving until the new form is ready
       if (b->second.reuse_pending_fds) {
         d.pending_fds = std::move(old->second.pending_fds);
-        d.pending_unlistened = old->second.pending_unlistened;
       } else {
         for (int fd : old->second.pending_fds) close(fd);
       }
       old->second.pending_fds.clear();
     }
     d.pending = b->second.config;
-    if (!b->second.reuse_pending_fds) {
-      d.pending_fds = std::move(b->second.fds);
-      d.pending_unlistened = b->second.unlistened;
-    }
+    if (!b->second.reuse_pending_fds) d.pending_fds = std::move(b->second.fds);
     next[name] = std::move(d);
   }
   listeners_ = std::move(next);
@@ -540,24 +534,19 @@ void ConfigManager::TryActivate(const std::string& name, bool timed_out) {
       cfg->routes = *RouteTable::Create(empty, "route_config");
     }
   }
-  if (d.pending_unlistened) {
-    for (int fd : d.pending_fds) {
-      auto st = StartListening(fd, cfg->address, kListenBacklog, cfg->socket_options);
-      if (!st.ok()) {
-        // Checked on a scratch socket when the version was accepted, so this is rare; the
-        // version in service stays.
-        RPX_LOG(kError, "listener '%s': %s; the previous version keeps serving", name,
-                st.message());
-        for (int f : d.pending_fds) close(f);
-        d.pending_fds.clear();
-        d.pending = nullptr;
-        d.pending_unlistened = false;
-        if (d.warm_timer) d.warm_timer->Disable();
-        RebuildListenerList();
-        return;
-      }
+  for (int fd : d.pending_fds) {
+    auto st = StartListening(fd, cfg->address, kListenBacklog, cfg->socket_options);
+    if (!st.ok()) {
+      // Checked on a scratch socket when the version was accepted, so this is rare; the
+      // version in service stays.
+      RPX_LOG(kError, "listener '%s': %s; the previous version keeps serving", name, st.message());
+      for (int f : d.pending_fds) close(f);
+      d.pending_fds.clear();
+      d.pending = nullptr;
+      if (d.warm_timer) d.warm_timer->Disable();
+      RebuildListenerList();
+      return;
     }
-    d.pending_unlistened = false;
   }
   ActivateListener(d, cfg, std::move(d.pending_fds));
   RebuildListenerList();

@@ -81,10 +81,10 @@ class ConfigManager : public XdsApplier {
     envoy::config::listener::v3::Listener proto;
     std::shared_ptr<const ListenerConfig> active;   // serving now (nullptr: not yet)
     std::shared_ptr<const ListenerConfig> pending;  // waiting for its routes
-    std::vector<int> pending_fds;                   // sockets opened for `pending`
-    // pending_fds are bound but not yet listening: they share the active listener's port (new
-    // socket options) and must take no connection before they are accepted from.
-    bool pending_unlistened = false;
+    // Sockets opened for `pending`. Those replacing sockets on the same port (new socket options)
+    // are only bound, so they take no connection before they are accepted from; they listen at
+    // activation (StartListening leaves the others as they are).
+    std::vector<int> pending_fds;
     std::string version;
     int64_t updated_ms = 0;
     std::unique_ptr<Timer> warm_timer;

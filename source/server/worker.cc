@@ -46,17 +46,17 @@ void Worker::AddListenerNow(std::shared_ptr<const ListenerConfig> config, int fd
   l->router = std::make_unique<Router>(dispatcher_, config->http, config->routes, clusters_,
                                        random_, StatsFor(*config));
   ActiveListener* raw = l.get();
-  l->listener = std::make_unique<Listener>(
-      dispatcher_, fd,
-      [this, raw](int cfd, const SocketAddress& peer) { OnAccept(*raw, cfd, peer); });
+  Listener::AcceptCallback accept = [this, raw](int cfd, const SocketAddress& peer) {
+    OnAccept(*raw, cfd, peer);
+  };
+  l->listener = std::make_unique<Listener>(dispatcher_, fd, accept);
   auto it = listeners_.find(config->name);
   if (it != listeners_.end()) {
     // Replaced under the same name (a new address or new socket options): the old socket
     // closes and its connections drain; with none left it is freed at once. Connections already
     // queued on it go to the new listener (closing the socket would reset them).
     if (it->second->listener) {
-      it->second->listener->TakeQueued(
-          [this, raw](int cfd, const SocketAddress& peer) { OnAccept(*raw, cfd, peer); });
+      it->second->listener->TakeQueued(accept);
     }
     it->second->listener.reset();
     std::vector<ServerConnection*> open = it->second->connections.Snapshot();

@@ -26,6 +26,13 @@ uint16_t PortOf(int fd) {
   return ntohs(a.sin_port);
 }
 
+bool Listening(int fd) {
+  int v = 0;
+  socklen_t len = sizeof(v);
+  getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &v, &len);
+  return v != 0;
+}
+
 // Connects to 127.0.0.1:port and returns the listener's side of the connection.
 int AcceptOne(int listen_fd) {
   int client = socket(AF_INET, SOCK_STREAM, 0);
@@ -104,6 +111,14 @@ TEST(ListenerTest, ReplacingOwnSocketsOnTheSamePort) {
   auto replacement = OpenWorkerSockets(Loopback(port), true, 2, {}, /*replacing_own=*/true);
   ASSERT_TRUE(replacement.ok()) << replacement.status();
   EXPECT_EQ(PortOf((*replacement)[0]), port);
+  // Bound only, so the old sockets keep every new connection until the replacement listens;
+  // StartListening then leaves a socket that already listens as it is.
+  for (int fd : *replacement) {
+    EXPECT_FALSE(Listening(fd));
+    ASSERT_TRUE(StartListening(fd, Loopback(port), 16, {}).ok());
+    EXPECT_TRUE(Listening(fd));
+    EXPECT_TRUE(StartListening(fd, Loopback(port), 16, {}).ok());
+  }
   for (int fd : *first) close(fd);
   for (int fd : *replacement) close(fd);
 }
