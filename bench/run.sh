@@ -14,7 +14,8 @@
 #                     rpx-10kvh (10,000 more virtual hosts in the table), rpx-2w (2 workers on both
 #                     CPUs, the second shared with wrk and the origin), haproxy-bp (HAProxy with
 #                     `busy-polling`: it polls instead of sleeping), rpx-b (a second rpx for A/B
-#                     comparisons inside one interleaved run: RPX_B_BIN and RPX_B_ARGS)
+#                     comparisons inside one interleaved run: RPX_B_BIN and RPX_B_ARGS), relay (not a
+#                     proxy: bench/tcp_relay, the kernel's floor under any proxy here; RELAY_BIN)
 #   DIRECT=1          also run the "direct to origin" baseline (wrk straight to the origin, no proxy)
 #                     for the rows in DIRECT_ROWS (0 = skip)
 #   DIRECT_ROWS="30B-c50 16KB-c50 4MiB-c10 close-c200"  rows that get it: at 4 MiB it is the
@@ -25,6 +26,7 @@
 #   RPX_BIN=path      rpx binary (default <repo>/bazel-bin/source/exe/rpx); rpx is skipped if missing
 #   RPX_ARGS="..."    extra rpx arguments, appended after "-c FILE --concurrency 1 -l warn"
 #   RPX_B_BIN, RPX_B_ARGS  binary and arguments of rpx-b (default: RPX_BIN, RPX_ARGS)
+#   RELAY_BIN=path    the relay (default <repo>/bazel-bin/bench/tcp_relay: bazel build //bench:tcp_relay)
 #   PROXY_CPU=1       CPU time each proxy may use, in CPUs (a cgroup CPU quota; e.g. 0.5 = half of CPU 0).
 #                     Below 1, the proxy is the bottleneck instead of wrk + origin on CPU 1, so req/s
 #                     compares the proxies per core. Needs root and the cgroup cpu controller.
@@ -51,7 +53,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
 
 # --- options (remember which were given, for the report header) --------------------------
-OPTION_VARS=(RUNS DURATION WARMUP ROWS PROXIES DIRECT DIRECT_ROWS DIRECT_WRK_CPU RPX_BIN RPX_ARGS RPX_B_BIN RPX_B_ARGS PROXY_CPU PROXY_CPU_PERIOD_US NGINX_BEST_TUNE SKIP_INSTALL BASE_PORT OUT_DIR KEEP_TMP TCP_CC)
+OPTION_VARS=(RUNS DURATION WARMUP ROWS PROXIES DIRECT DIRECT_ROWS DIRECT_WRK_CPU RPX_BIN RPX_ARGS RPX_B_BIN RPX_B_ARGS RELAY_BIN PROXY_CPU PROXY_CPU_PERIOD_US NGINX_BEST_TUNE SKIP_INSTALL BASE_PORT OUT_DIR KEEP_TMP TCP_CC)
 GIVEN_ENV=""
 for v in "${OPTION_VARS[@]}"; do
   if [ -n "${!v+x}" ]; then
@@ -72,6 +74,7 @@ RPX_BIN=${RPX_BIN:-$ROOT/bazel-bin/source/exe/rpx}
 RPX_ARGS=${RPX_ARGS:-}
 RPX_B_BIN=${RPX_B_BIN:-$RPX_BIN}
 RPX_B_ARGS=${RPX_B_ARGS:-$RPX_ARGS}
+RELAY_BIN=${RELAY_BIN:-$ROOT/bazel-bin/bench/tcp_relay}
 PROXY_CPU=${PROXY_CPU:-1}
 PROXY_CPU_PERIOD_US=${PROXY_CPU_PERIOD_US:-10000}
 NGINX_BEST_TUNE=${NGINX_BEST_TUNE:-0}
@@ -108,7 +111,7 @@ die() { log "ERROR: $*"; exit 1; }
 source "$HERE/configs.sh"  # payloads, config writers, wait_port, cpu_busy_ticks, cgroup helpers
 
 for r in $ROWS; do [ -n "${ROW_PATH[$r]+x}" ] || die "unknown row '$r' (known: 30B-c1 30B-c10 $ALL_ROWS)"; done
-KNOWN_PROXIES="$ALL_PROXIES rpx-10kvh rpx-2w rpx-b haproxy-bp"
+KNOWN_PROXIES="$ALL_PROXIES rpx-10kvh rpx-2w rpx-b haproxy-bp relay"
 for p in $PROXIES; do case " $KNOWN_PROXIES " in *" $p "*) ;; *) die "unknown proxy '$p' (known: $KNOWN_PROXIES)";; esac; done
 [[ "$RUNS" =~ ^[1-9][0-9]*$ ]] || die "RUNS must be a positive integer"
 [[ "$PROXY_CPU" =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)$ ]] || die "PROXY_CPU must be a number of CPUs, e.g. 0.5 (got '$PROXY_CPU')"
@@ -406,6 +409,13 @@ start_proxy() {  # $1 name; sets PROXY_PID, PROXY_PORT; returns 1 if it cannot b
       haproxy -c -q -f "$dir/haproxy.cfg" >"$dir/configtest.log" 2>&1 ||
         { cat "$dir/configtest.log" >&2; log "SKIP haproxy: config invalid"; return 1; }
       in_cgroup "$cg" taskset -c 0 haproxy -db -f "$dir/haproxy.cfg" >"$dir/stdout.log" 2>&1 &
+      ;;
+    relay)  # one upstream connection per client connection, no HTTP: see bench/tcp_relay.cc
+      if [ ! -x "$RELAY_BIN" ]; then
+        log "SKIP relay: $RELAY_BIN is not an executable file (bazel build //bench:tcp_relay, or set RELAY_BIN)"
+        return 1
+      fi
+      in_cgroup "$cg" taskset -c 0 "$RELAY_BIN" "$PROXY_PORT" "$UPSTREAM_PORT" >"$dir/stdout.log" 2>&1 &
       ;;
   esac
   PROXY_PID=$!

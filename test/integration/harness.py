@@ -78,6 +78,11 @@ def xds_server_bin():
     return _find_bin("XDS_SERVER_BIN", "tools/xds_server/xds_server")
 
 
+def tcp_relay_bin():
+    """Path of bench/tcp_relay (the benchmark's floor relay)."""
+    return _find_bin("TCP_RELAY_BIN", "bench/tcp_relay")
+
+
 def quickstart_config():
     """Path of configs/quickstart.yaml."""
     env = os.environ.get("RPX_QUICKSTART_CONFIG")
