@@ -135,15 +135,20 @@ void OnReadable(int fd, uint32_t events) {
   if (!Forward(peer, g_buf, static_cast<size_t>(n))) ClosePair(fd);
 }
 
+sockaddr_in Loopback(uint16_t port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  return a;
+}
+
 int Upstream(uint16_t port) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  sockaddr_in a = Loopback(port);
   // Bytes sent before the handshake ends get EAGAIN, are parked and go out on EPOLLOUT.
   if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) < 0 && errno != EINPROGRESS) {
     close(fd);
@@ -208,10 +213,7 @@ int main(int argc, char** argv) {
   int lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   int one = 1;
   setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(listen_port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  sockaddr_in a = Loopback(listen_port);
   if (bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) < 0 || listen(lfd, 4096) < 0) {
     fprintf(stderr, "tcp_relay: cannot listen on 127.0.0.1:%u: %s\n", listen_port, strerror(errno));
     return 1;
