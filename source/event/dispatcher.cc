@@ -66,14 +66,17 @@ FileEvent::FileEvent(Dispatcher& d, int fd, uint32_t interest, Trigger trigger)
 FileEvent::~FileEvent() { Unregister(); }
 
 void FileEvent::Unregister() {
+  if (fd_ >= 0) epoll_ctl(dispatcher_.epoll_fd_, EPOLL_CTL_DEL, fd_, nullptr);
+  UnregisterForClose();
+}
+
+void FileEvent::UnregisterForClose() {
   if (activated_) {
     activated_ = 0;
     for (FileEvent*& e : dispatcher_.activated_) {
       if (e == this) e = nullptr;
     }
   }
-  if (fd_ < 0) return;
-  epoll_ctl(dispatcher_.epoll_fd_, EPOLL_CTL_DEL, fd_, nullptr);
   fd_ = -1;
 }
 

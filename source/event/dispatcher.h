@@ -54,6 +54,10 @@ class FileEvent {
   // Removes the fd from epoll before the owner closes it (a later fd with the same number must
   // not be unregistered by our destructor). Events already fetched for it are then dropped.
   void Unregister();
+  // The same, for an owner about to close(2) an fd that nothing else refers to (no dup, no
+  // fork, no io_uring request in flight): the close takes it out of the epoll set, so this skips
+  // the EPOLL_CTL_DEL (one syscall less per connection).
+  void UnregisterForClose();
   Dispatcher& dispatcher() const { return dispatcher_; }
 
  protected:

@@ -38,7 +38,8 @@ ssize_t RawTransport::Write(int fd, const char* buf, size_t len, bool end_follow
   return n >= 0 ? n : -errno;
 }
 
-Connection::Connection(Dispatcher& dispatcher, int fd, bool connecting, uint32_t buffer_limit)
+Connection::Connection(Dispatcher& dispatcher, int fd, bool connecting, uint32_t buffer_limit,
+                       bool nodelay_set)
     : fd_(fd),
       high_watermark_(buffer_limit ? buffer_limit : 1024 * 1024),
       state_(connecting ? State::kConnecting : State::kOpen),
@@ -56,8 +57,10 @@ Connection::Connection(Dispatcher& dispatcher, int fd, bool connecting, uint32_t
       // Edge-triggered: DoRead reads until a short read (drained) or activates itself again.
       file_event_(dispatcher, fd, connecting ? FileEvent::kWrite : FileEvent::kRead, this,
                   FileEvent::Trigger::kEdge) {
-  int one = 1;
-  setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  if (!nodelay_set) {
+    int one = 1;
+    setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  }
 }
 
 Connection::~Connection() {
@@ -479,7 +482,9 @@ void Connection::CloseNow(ConnectionEvent event, bool notify) {
   if (state_ == State::kClosed) return;
   state_ = State::kClosed;
   if (linger_timer_) linger_timer_->Disable();
-  file_event_.Unregister();
+  // Our fd is ours alone (accept4 and socket(2) with SOCK_CLOEXEC, never duplicated; the ring's
+  // requests complete within Submit), so the close takes it out of the epoll set.
+  file_event_.UnregisterForClose();
   ::close(fd_);
   read_buffer_.Clear();
   write_buffer_.Clear();

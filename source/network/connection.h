@@ -72,7 +72,10 @@ struct ConnectOptions {
 class Connection : public DeferredDeletable, public Flushable {
  public:
   // Takes ownership of `fd`. `connecting` means a non-blocking connect() is in flight.
-  Connection(Dispatcher& dispatcher, int fd, bool connecting, uint32_t buffer_limit);
+  // `nodelay_set`: the socket has TCP_NODELAY already (a Listener's accepted sockets); otherwise
+  // the constructor sets it.
+  Connection(Dispatcher& dispatcher, int fd, bool connecting, uint32_t buffer_limit,
+             bool nodelay_set = false);
   ~Connection() override;
 
   // Starts a non-blocking connect; the result arrives as kConnected or kConnectFailed. On an

@@ -1,6 +1,7 @@
 #include "source/network/listener.h"
 
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -20,6 +21,8 @@ absl::StatusOr<int> OpenListenSocket(const SocketAddress& addr, bool reuse_port,
   int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   if (reuse_port) setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+  // Accepted sockets inherit it: no setsockopt per connection (Listener checks it held).
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   // The configured options come after rpx's own, so that they can override them (as in Envoy).
   auto applied = ApplySocketOptions(fd, options, SocketOption::State::kPrebind);
   if (!applied.ok()) {
@@ -100,6 +103,10 @@ absl::StatusOr<std::vector<int>> OpenWorkerSockets(SocketAddress addr, bool reus
 
 Listener::Listener(Dispatcher& dispatcher, int fd, AcceptCallback cb)
     : dispatcher_(dispatcher), fd_(fd), cb_(std::move(cb)) {
+  // Off when a configured socket option turned it off (or a socket came from elsewhere).
+  int on = 0;
+  socklen_t len = sizeof(on);
+  nodelay_inherited_ = getsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &on, &len) == 0 && on != 0;
   event_ = dispatcher_.CreateFileEvent(
       fd_, [this](uint32_t) { OnReadable(); }, FileEvent::kRead);
 }
@@ -137,6 +144,10 @@ void Listener::Accept(const AcceptCallback& cb, size_t max) {
       }
       RPX_LOG(kWarn, "accept: %s", strerror(errno));
       return;
+    }
+    if (!nodelay_inherited_) {
+      int one = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     }
     cb(fd, SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&ss), len));
   }

@@ -43,6 +43,7 @@ absl::StatusOr<std::vector<int>> OpenWorkerSockets(SocketAddress addr, bool reus
 
 class Listener {
  public:
+  // `fd` is non-blocking, close-on-exec and has TCP_NODELAY set.
   using AcceptCallback = std::function<void(int fd, const SocketAddress& peer)>;
   // Takes ownership of `fd`.
   Listener(Dispatcher& dispatcher, int fd, AcceptCallback cb);
@@ -60,6 +61,7 @@ class Listener {
   void Accept(const AcceptCallback& cb, size_t max);  // up to `max`, until the queue is empty
   Dispatcher& dispatcher_;
   int fd_;
+  bool nodelay_inherited_;  // the listening socket has TCP_NODELAY, so accepted ones have it
   AcceptCallback cb_;
   std::unique_ptr<FileEvent> event_;
 };

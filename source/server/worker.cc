@@ -127,7 +127,8 @@ void Worker::OnAccept(ActiveListener& l, int fd, const SocketAddress& peer) {
     }
     slot = LimitSlot(l.config->connection_limit);
   }
-  auto conn = std::make_unique<Connection>(dispatcher_, fd, false, l.config->buffer_limit);
+  auto conn = std::make_unique<Connection>(dispatcher_, fd, false, l.config->buffer_limit,
+                                           /*nodelay_set=*/true);
   l.connections.Add(new OpenConnection(l, std::move(slot), std::move(conn), peer));
 }
 

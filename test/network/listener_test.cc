@@ -82,6 +82,39 @@ TEST(ListenerTest, ListenSocketOptionsReachAcceptedConnections) {
   close(*fd);
 }
 
+// Every socket a Listener hands out has TCP_NODELAY (responses must not wait for Nagle). The
+// listening socket has it, so accepted sockets inherit it without a setsockopt each; where a
+// configured option turned it off on the listener, Listener sets it on each accepted socket.
+TEST(ListenerTest, AcceptedSocketsHaveNoDelayEvenWhenAnOptionTurnedItOffOnTheListener) {
+  SocketOption off = Option(IPPROTO_TCP, TCP_NODELAY, SocketOption::State::kPrebind);
+  off.int_value = 0;
+  for (const SocketOptions& options : {SocketOptions{}, SocketOptions{off}}) {
+    auto fd = OpenListenSocket(Loopback(0), false, 16, options);
+    ASSERT_TRUE(fd.ok()) << fd.status();
+    int on = -1;
+    socklen_t len = sizeof(on);
+    ASSERT_EQ(getsockopt(*fd, IPPROTO_TCP, TCP_NODELAY, &on, &len), 0);
+    EXPECT_EQ(on != 0, options.empty()) << "the listening socket's own TCP_NODELAY";
+    uint16_t port = PortOf(*fd);
+    Dispatcher d("t");
+    int accepted = -1;
+    Listener l(d, *fd, [&](int afd, const SocketAddress&) { accepted = afd; });
+    int client = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(port);
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(client, reinterpret_cast<sockaddr*>(&to), sizeof(to)), 0);
+    ASSERT_TRUE(d.RunUntil([&] { return accepted >= 0; }, 5000));
+    on = 0;
+    len = sizeof(on);
+    ASSERT_EQ(getsockopt(accepted, IPPROTO_TCP, TCP_NODELAY, &on, &len), 0);
+    EXPECT_NE(on, 0) << (options.empty() ? "inherited" : "set per socket") << ": missing";
+    close(accepted);
+    close(client);
+  }
+}
+
 // A refused option fails the listener in every state, naming the option; nothing stays bound.
 TEST(ListenerTest, RefusedOptionFailsTheSocket) {
   for (auto state : {SocketOption::State::kPrebind, SocketOption::State::kBound,
