@@ -6,12 +6,15 @@
 # Each proxy runs alone (CPU 0; origin nginx and wrk on CPU 1, as in bench/run.sh) for SECONDS;
 # over its middle (SECONDS - 6 s) this prints req/s, busy µs per request of CPU 0 and of CPU 1,
 # and per request: context switches and rescheduling interrupts of each CPU, the wakeups each CPU
-# performed (CPU 0's are the proxy waking wrk and the origin), the socket and polling syscalls
-# (epoll_wait, io_uring_enter, recvfrom, sendto, writev, clock_nanosleep) and TCP segments. These
+# performed (CPU 0's are the proxy waking wrk and the origin), all syscalls (raw_syscalls; CPU 0's
+# are the proxy's), the socket, polling and connection syscalls (epoll_wait, io_uring_enter,
+# recvfrom, sendto, writev, clock_nanosleep, accept4, epoll_ctl, setsockopt, shutdown, close) and
+# TCP segments. These
 # counts move far less from run to run than req/s on a noisy VM, which is what they are for:
 # telling why one proxy's requests cost a CPU more than another's.
 # Proxies: rpx, nginx, nginx-best, haproxy. Options (environment): RPX_BIN, RPX_ARGS, URLPATH
-# (default /small.txt; /page.html is 16 KB), BASE_PORT (default 19600), PROXY_CPU (default 1; 0.5
+# (default /small.txt; /page.html is 16 KB), HEADER (a request header for wrk, e.g. "Connection:
+# close" for a new connection per request, as bench/run.sh's close-c200), BASE_PORT (default 19600), PROXY_CPU (default 1; 0.5
 # caps the proxy at half of CPU 0 with a cgroup quota of 5 ms per 10 ms, as run.sh's PROXY_CPU).
 # Needs perf and nstat (the counts are system-wide: keep the machine otherwise idle). Stops only
 # what it starts.
@@ -27,6 +30,9 @@ shift 2 || shift $#
 [ "$SECS" -ge 10 ] || { echo "wakeups.sh: SECONDS must be at least 10" >&2; exit 2; }
 RPX_BIN=${RPX_BIN:-$ROOT/bazel-bin/source/exe/rpx}
 URLPATH=${URLPATH:-/small.txt}
+HEADER=${HEADER:-}
+WRK_HDR=()
+[ -z "$HEADER" ] || WRK_HDR=(-H "$HEADER")
 BASE_PORT=${BASE_PORT:-19600}
 PROXY_CPU=${PROXY_CPU:-1}
 QUOTA_US=$(cpu_quota_us "$PROXY_CPU" 10000)
@@ -94,7 +100,8 @@ for name in "$@"; do
   PIDS+=("$pid")
   wait_port "$PORT" "$pid" && curl -sf -o /dev/null "http://127.0.0.1:$PORT$URLPATH" ||
     { echo "wakeups.sh: $name does not answer on $PORT"; tail -5 "$dir"/*log* >&2 || true; exit 1; }
-  taskset -c 1 wrk -t1 -c "$CONNS" -d "${SECS}s" "http://127.0.0.1:$PORT$URLPATH" >"$dir/wrk.txt" 2>&1 &
+  taskset -c 1 wrk -t1 -c "$CONNS" -d "${SECS}s" "${WRK_HDR[@]+"${WRK_HDR[@]}"}" \
+    "http://127.0.0.1:$PORT$URLPATH" >"$dir/wrk.txt" 2>&1 &
   wrk_pid=$!
   sleep 3
   c0=$(cpu_busy_ticks 0); c1=$(cpu_busy_ticks 1)
@@ -102,7 +109,9 @@ for name in "$@"; do
   perf stat -a -A -x, -o "$dir/perf.txt" -e context-switches,irq_vectors:reschedule_entry \
     -e sched:sched_wakeup,syscalls:sys_enter_epoll_wait,syscalls:sys_enter_io_uring_enter \
     -e syscalls:sys_enter_recvfrom,syscalls:sys_enter_sendto,syscalls:sys_enter_writev \
-    -e syscalls:sys_enter_clock_nanosleep -- sleep $((SECS - 6))
+    -e syscalls:sys_enter_clock_nanosleep,raw_syscalls:sys_enter,syscalls:sys_enter_accept4 \
+    -e syscalls:sys_enter_epoll_ctl,syscalls:sys_enter_setsockopt,syscalls:sys_enter_shutdown \
+    -e syscalls:sys_enter_close -- sleep $((SECS - 6))
   nstat >"$dir/nstat.txt"
   d0=$(( ($(cpu_busy_ticks 0) - c0) * TICK_US )); d1=$(( ($(cpu_busy_ticks 1) - c1) * TICK_US ))
   wait "$wrk_pid"
@@ -111,10 +120,11 @@ for name in "$@"; do
   rps=$(awk '/Requests\/sec/ {print $2}' "$dir/wrk.txt")
   reqs=$(awk -v r="$rps" -v s=$((SECS - 6)) 'BEGIN {print r * s}')  # in the counted window
   capped=""; [ -n "$cg" ] && capped=" (proxy capped at $PROXY_CPU CPU)"
+  hdr=""; [ -z "$HEADER" ] || hdr=" ($HEADER)"
   awk -v n="$reqs" -v d0="$d0" -v d1="$d1" -v name="$name" -v r="$rps" -v c="$CONNS" \
-    -v p="$URLPATH" -v cap="$capped" 'BEGIN {
-    printf "%s, %d connections, %s: %.0f req/s; busy µs/req: CPU 0 %.1f, CPU 1 %.1f%s\n",
-           name, c, p, r, d0 / n, d1 / n, cap }'
+    -v p="$URLPATH" -v h="$hdr" -v cap="$capped" 'BEGIN {
+    printf "%s, %d connections, %s%s: %.0f req/s; busy µs/req: CPU 0 %.1f, CPU 1 %.1f%s\n",
+           name, c, p, h, r, d0 / n, d1 / n, cap }'
   awk -F, -v n="$reqs" '$1 ~ /^CPU/ {printf "  %s %-40s %.3f/req\n", $1, $4, $2 / n}' "$dir/perf.txt"
   awk -v n="$reqs" '$1 ~ /^(TcpInSegs|TcpOutSegs|TcpExtTCPPureAcks|TcpExtDelayedACKs)$/ {
     printf "  %-45s %.3f/req\n", $1, $2 / n }' "$dir/nstat.txt"
