@@ -32,6 +32,12 @@ UpstreamClient::UpstreamClient(ConnPool& pool, std::unique_ptr<Connection> conn)
       state_ = State::kClosed;
       pool_.OnClientClosed(this);
     } else if (state_ == State::kBusy && discarding_) {
+      if (discard_parse_pending_) {  // Reset found bytes already read: parse them now
+        discard_parse_pending_ = false;
+        timer_->Enable(kDiscardMs);
+        if (!conn_->read_buffer().empty()) OnData(conn_->read_buffer());
+        return;
+      }
       CloseBusy();
     }
   });
@@ -54,6 +60,7 @@ void UpstreamClient::StartRequest(ResponseDecoder* decoder, const RequestHead& h
   unexpected_101_ = false;
   request_chunked_ = head.chunked;
   discarding_ = false;
+  discard_parse_pending_ = false;
   discarded_bytes_ = 0;
   parser_.set_expect_no_body(head.method == std::string_view("HEAD"));
   ++requests_;
@@ -110,13 +117,15 @@ void UpstreamClient::Reset() {
   if (state_ != State::kBusy || discarding_) return;
   decoder_ = nullptr;
   pool_.stats().upstream_rq_reset.Inc();
-  // (Bytes already buffered would need parsing here, inside the caller's cleanup: rare, so such
-  // a connection is simply closed.)
-  if (request_complete_ && !splicer_ && !upgrade_requested_ && !tunnel_ &&
-      conn_->read_buffer().empty()) {
+  if (request_complete_ && !splicer_ && !upgrade_requested_ && !tunnel_) {
     discarding_ = true;
     conn_->ReadDisable(false);  // the client's backpressure no longer applies
-    timer_->Enable(kDiscardMs);
+    // Bytes already read (taken by the loop's read batching ahead of this reset, or held back
+    // by that backpressure) are parsed on the next pass, not here in the caller's cleanup, where
+    // a finished response would hand the connection to a waiting request. (Closing instead
+    // cost 54 of 1,373 connections reset by three `wrk -c 1000` runs ending.)
+    discard_parse_pending_ = !conn_->read_buffer().empty();
+    timer_->Enable(discard_parse_pending_ ? 0 : kDiscardMs);
     return;
   }
   splicer_.reset();

@@ -80,6 +80,7 @@ void FakeUpstream::Serve(int fd) {
     }
     static const char kResp[] = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
     if (write(fd, kResp, sizeof(kResp) - 1) < 0) break;
+    responses_++;
   }
   open_--;
   std::lock_guard<std::mutex> l(mu_);

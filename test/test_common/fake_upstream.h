@@ -19,6 +19,7 @@ class FakeUpstream {
   uint16_t port() const { return port_; }
   int connections() const { return connections_.load(); }
   int requests() const { return requests_.load(); }
+  int responses() const { return responses_.load(); }  // written to the socket
   int open_connections() const { return open_.load(); }
   // While held, requests are read but not answered until Release().
   void Hold() { hold_.store(true); }
@@ -31,7 +32,7 @@ class FakeUpstream {
   uint16_t port_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> hold_{false};
-  std::atomic<int> connections_{0}, requests_{0}, open_{0};
+  std::atomic<int> connections_{0}, requests_{0}, responses_{0}, open_{0};
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::thread> threads_;

@@ -1,11 +1,17 @@
 #include "source/upstream/conn_pool.h"
 
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "gtest/gtest.h"
+#include "source/event/io_ring.h"
 #include "source/upstream/worker_cluster.h"
 #include "test/test_common/fake_upstream.h"
+#include "test/test_common/tcp_pair.h"
 
 namespace rpx {
 namespace {
@@ -204,6 +210,82 @@ TEST_F(ConnPoolTest, ResetReadsTheAbandonedResponseAndKeepsTheConnection) {
   EXPECT_EQ(next.status, 200);
   EXPECT_EQ(info->stats[0].upstream_cx_total.Value(), 1u);
   EXPECT_EQ(upstream_.open_connections(), 1);
+}
+
+// Calls `on_data` when its connection has bytes: a client whose event comes in the same epoll
+// batch as the upstream's response.
+class Trigger : public ConnectionCallbacks {
+ public:
+  void OnData(Buffer& in) override {
+    in.Drain(in.size());
+    if (on_data) on_data();
+  }
+  void OnEvent(ConnectionEvent) override {}
+  std::function<void()> on_data;
+};
+
+// The response of an abandoned request may already be read when the reset comes: the loop's read
+// batching reads every socket of a batch before running their events, so a client that hangs up
+// in the same batch as its response arrives finds it in the upstream's buffer, unparsed. It is
+// still parsed and dropped, and the connection kept: whether the upstream's own event then
+// delivers it (`reset_in_batch`), or nothing will (its reading was disabled by the client's
+// backpressure when its event ran, and the reset comes after the batch).
+TEST_F(ConnPoolTest, ResetWithTheResponseAlreadyReadKeepsTheConnection) {
+  if (!IoRing::Create(4)) GTEST_SKIP() << "io_uring unavailable: no read batching here";
+  dispatcher_.SetReadBatching(true);
+  for (bool reset_in_batch : {true, false}) {
+    auto info = MakeCluster(10, 10);
+    ConnPool pool(dispatcher_, info, MakeHost(upstream_.port()), info->stats[0]);
+    TestRequest r;
+    upstream_.Hold();
+    int responses = upstream_.responses();
+    r.handle = pool.NewStream(r);
+    ASSERT_TRUE(dispatcher_.RunUntil([&] { return r.ready; }, kWaitMs));
+    TcpPair p = MakeTcpPair();
+    ASSERT_GE(p.ours, 0);
+    Trigger trigger;
+    bool triggered = false;
+    trigger.on_data = [&] {
+      triggered = true;
+      if (reset_in_batch) {
+        r.client_->Reset();
+      } else {
+        r.client_->ReadDisable(true);
+      }
+    };
+    auto client = std::make_unique<Connection>(dispatcher_, p.ours, false, 1 << 20);
+    client->SetCallbacks(&trigger);
+    // The client's bytes first, then the response: one batch, the client's event first.
+    ASSERT_EQ(send(p.peer, "x", 1, 0), 1);
+    upstream_.Release();
+    for (int i = 0; i < 10000 && upstream_.responses() == responses; ++i) usleep(1000);
+    ASSERT_GT(upstream_.responses(), responses);
+    int passes = 0;
+    dispatcher_.RunUntil([&] { return triggered && ++passes > 2; }, kWaitMs);
+    ASSERT_TRUE(triggered);
+    ASSERT_FALSE(r.complete) << "the response was parsed before the client's event ran";
+    if (!reset_in_batch) {
+      EXPECT_EQ(info->stats[0].upstream_cx_kept_after_reset.Value(), 0u);
+      r.client_->Reset();
+    }
+    ASSERT_TRUE(dispatcher_.RunUntil(
+        [&] {
+          return info->stats[0].upstream_cx_kept_after_reset.Value() == 1 ||
+                 info->resources->connections() == 0;
+        },
+        kWaitMs));
+    EXPECT_EQ(info->stats[0].upstream_cx_kept_after_reset.Value(), 1u)
+        << (reset_in_batch ? "reset in the batch" : "reset after the batch")
+        << ": the connection was closed";
+    EXPECT_FALSE(r.complete);
+    EXPECT_FALSE(r.reset);
+    TestRequest next;
+    next.handle = pool.NewStream(next);
+    ASSERT_TRUE(dispatcher_.RunUntil([&] { return next.complete; }, kWaitMs));
+    EXPECT_EQ(info->stats[0].upstream_cx_total.Value(), 1u);
+    client.reset();
+    close(p.peer);
+  }
 }
 
 // An abandoned request's response that does not come within the discard time: closed.
