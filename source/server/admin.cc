@@ -62,13 +62,14 @@ class Admin::AdminConnection final : public ServerConnection {
 };
 
 void Admin::Start(int fd) {
-  listener_ = std::make_unique<Listener>(dispatcher_, fd, [this](int cfd, const SocketAddress& peer) {
-    auto conn =
-        std::make_unique<Connection>(dispatcher_, cfd, false, 1024 * 1024, /*nodelay_set=*/true);
-    auto sc = std::make_unique<AdminConnection>(*this, std::move(conn), peer);
-    ServerConnection* raw = sc.get();
-    connections_.emplace(raw, std::move(sc));
-  });
+  listener_ =
+      std::make_unique<Listener>(dispatcher_, fd, [this](int cfd, const SocketAddress& peer) {
+        auto conn = std::make_unique<Connection>(dispatcher_, cfd, false, 1024 * 1024,
+                                                 /*nodelay_set=*/true);
+        auto sc = std::make_unique<AdminConnection>(*this, std::move(conn), peer);
+        ServerConnection* raw = sc.get();
+        connections_.emplace(raw, std::move(sc));
+      });
 }
 
 void Admin::OnConnectionClosed(ServerConnection* c) {
