@@ -32,10 +32,10 @@ UpstreamClient::UpstreamClient(ConnPool& pool, std::unique_ptr<Connection> conn)
       state_ = State::kClosed;
       pool_.OnClientClosed(this);
     } else if (state_ == State::kBusy && discarding_) {
-      if (discard_parse_pending_) {  // Reset found bytes already read: parse them now
-        discard_parse_pending_ = false;
+      // Bytes Reset found already read (parsing leaves none behind otherwise): parse them now.
+      if (!conn_->read_buffer().empty()) {
         timer_->Enable(kDiscardMs);
-        if (!conn_->read_buffer().empty()) OnData(conn_->read_buffer());
+        OnData(conn_->read_buffer());
         return;
       }
       CloseBusy();
@@ -60,7 +60,6 @@ void UpstreamClient::StartRequest(ResponseDecoder* decoder, const RequestHead& h
   unexpected_101_ = false;
   request_chunked_ = head.chunked;
   discarding_ = false;
-  discard_parse_pending_ = false;
   discarded_bytes_ = 0;
   parser_.set_expect_no_body(head.method == std::string_view("HEAD"));
   ++requests_;
@@ -124,8 +123,7 @@ void UpstreamClient::Reset() {
     // by that backpressure) are parsed on the next pass, not here in the caller's cleanup, where
     // a finished response would hand the connection to a waiting request. (Closing instead
     // cost 54 of 1,373 connections reset by three `wrk -c 1000` runs ending.)
-    discard_parse_pending_ = !conn_->read_buffer().empty();
-    timer_->Enable(discard_parse_pending_ ? 0 : kDiscardMs);
+    timer_->Enable(conn_->read_buffer().empty() ? kDiscardMs : 0);
     return;
   }
   splicer_.reset();

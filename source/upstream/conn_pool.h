@@ -116,8 +116,7 @@ class UpstreamClient : public ConnectionCallbacks,
   bool upgrade_requested_ = false;  // the request asked to switch protocols
   bool tunnel_ = false;             // ... and the upstream agreed (101): raw bytes both ways
   bool unexpected_101_ = false;
-  bool discarding_ = false;             // reading an abandoned request's response (see Reset)
-  bool discard_parse_pending_ = false;  // ... of which bytes were already read at the reset
+  bool discarding_ = false;  // reading an abandoned request's response (see Reset)
   uint64_t discarded_bytes_ = 0;
   uint32_t requests_ = 0;
   // Connect timeout while connecting, idle timeout while idle, discard deadline while discarding.

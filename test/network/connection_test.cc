@@ -232,9 +232,10 @@ class Recorder : public ConnectionCallbacks {
 bool IoUringAvailable() { return IoRing::Create(4) != nullptr; }
 
 // A closed connection leaves epoll with its close(2) (no EPOLL_CTL_DEL): nothing that reaches
-// its old socket afterwards may be reported to it, and a new connection that gets the same fd
-// number gets its own events. (A registration outliving the close would report to freed memory,
-// which the ASan run of this test catches.)
+// its old socket afterwards is reported to it, and a new connection that gets the same fd number
+// gets its own events. A guard: with the fd owned by the connection alone this holds by
+// construction; a change that shared the fd (a dup, a fork) would leave the registration behind,
+// reporting to freed memory, which the ASan run of this test would catch.
 TEST(ConnectionTest, AClosedConnectionGetsNoEventsAndItsFdNumberServesTheNextOne) {
   Dispatcher d("t");
   d.SetReadBatching(IoUringAvailable());

@@ -33,14 +33,24 @@ bool Listening(int fd) {
   return v != 0;
 }
 
-// Connects to 127.0.0.1:port and returns the listener's side of the connection.
-int AcceptOne(int listen_fd) {
+// A blocking client socket connected to 127.0.0.1:port (-1 if the connect failed).
+int ConnectTo(uint16_t port) {
   int client = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in to{};
   to.sin_family = AF_INET;
-  to.sin_port = htons(PortOf(listen_fd));
+  to.sin_port = htons(port);
   to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(connect(client, reinterpret_cast<sockaddr*>(&to), sizeof(to)), 0);
+  if (connect(client, reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0) {
+    close(client);
+    return -1;
+  }
+  return client;
+}
+
+// Connects to 127.0.0.1:port and returns the listener's side of the connection.
+int AcceptOne(int listen_fd) {
+  int client = ConnectTo(PortOf(listen_fd));
+  EXPECT_GE(client, 0);
   int accepted = -1;
   for (int i = 0; i < 1000 && accepted < 0; ++i) {  // the listening socket is non-blocking
     accepted = accept(listen_fd, nullptr, nullptr);
@@ -99,12 +109,8 @@ TEST(ListenerTest, AcceptedSocketsHaveNoDelayEvenWhenAnOptionTurnedItOffOnTheLis
     Dispatcher d("t");
     int accepted = -1;
     Listener l(d, *fd, [&](int afd, const SocketAddress&) { accepted = afd; });
-    int client = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in to{};
-    to.sin_family = AF_INET;
-    to.sin_port = htons(port);
-    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(connect(client, reinterpret_cast<sockaddr*>(&to), sizeof(to)), 0);
+    int client = ConnectTo(port);
+    ASSERT_GE(client, 0);
     ASSERT_TRUE(d.RunUntil([&] { return accepted >= 0; }, 5000));
     on = 0;
     len = sizeof(on);
