@@ -458,17 +458,17 @@ void Dispatcher::RunOnce(int max_wait_ms) {
   }
   // With one event a plain recv is as cheap as the ring.
   if (read_batching_ && n > 1) ReadAhead(events, n);
+  bool posted = false;
   for (int i = 0; i < n; ++i) {
     auto* fe = static_cast<FileEvent*>(events[i].data.ptr);
     if (fe == nullptr) {
       uint64_t v;
       ssize_t unused = read(wake_fd_, &v, sizeof(v));
       (void)unused;
-      // What the batch wrote so far leaves before posted work (a configuration change) applies,
-      // as when every event flushed at once. (A connection it destroys cancels its own flush.)
-      RunFlushes();
-      RunPosted();
-      RunFlushes();
+      // Posted work runs after the batch's events: it may destroy a FileEvent at once (a
+      // listener removed by a configuration change), and one later in `events` would then be
+      // freed memory.
+      posted = true;
       continue;
     }
     if (fe->fd_ < 0) continue;  // closed earlier in this batch; memory lives until ClearDeferred
@@ -483,6 +483,12 @@ void Dispatcher::RunOnce(int max_wait_ms) {
     // request; docs/benchmarks.md), and a large batch still does not hold its first response
     // back for long. A connection's headers and body still leave in one syscall.
     if ((i + 1) % kFlushEvents == 0) RunFlushes();
+  }
+  if (posted) {
+    // What the batch wrote leaves before posted work (a configuration change) applies, as when
+    // every event flushed at once. (A connection it destroys cancels its own flush.)
+    RunFlushes();
+    RunPosted();
   }
   if (!activated_.empty()) RunActivated();
   RunTimers();

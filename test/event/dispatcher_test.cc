@@ -7,7 +7,9 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -181,6 +183,35 @@ TEST(DispatcherTest, PostFromAnotherThread) {
   std::thread other([&] { d.Post([&] { ran = true; }); });
   ASSERT_TRUE(d.RunUntil([&] { return ran; }, 5000));
   other.join();
+}
+
+// Posted work (a configuration change) may destroy a FileEvent at once: it runs after the
+// batch's events, so an event that epoll reported in the same batch, after the wake-up, is
+// handled first instead of being read from freed memory.
+TEST(DispatcherTest, PostedWorkRunsAfterTheEventsOfItsBatch) {
+  Dispatcher d("t");
+  int fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, fds), 0);
+  std::vector<std::string> order;
+  std::unique_ptr<FileEvent> ev = d.CreateFileEvent(
+      fds[0],
+      [&](uint32_t) {
+        char buf[16];
+        while (read(fds[0], buf, sizeof(buf)) > 0) {
+        }
+        order.push_back("event");
+      },
+      FileEvent::kRead);
+  // The wake-up becomes ready first, then the socket: epoll reports them in that order.
+  d.Post([&] {
+    order.push_back("posted");
+    ev.reset();
+  });
+  ASSERT_EQ(write(fds[1], "x", 1), 1);
+  ASSERT_TRUE(d.RunUntil([&] { return ev == nullptr; }, 5000));
+  EXPECT_EQ(order, (std::vector<std::string>{"event", "posted"}));
+  close(fds[0]);
+  close(fds[1]);
 }
 
 TEST(DispatcherTest, FileEventsAndDeferredDelete) {
