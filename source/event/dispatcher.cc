@@ -382,7 +382,10 @@ constexpr unsigned kRingEntries = 256;
 bool Dispatcher::EnsureRing() {
   if (ring_) return true;
   ring_ = IoRing::Create(kRingEntries);
-  if (ring_ && ring_->capacity() >= kRingEntries) return true;
+  if (ring_ && ring_->capacity() >= kRingEntries) {
+    accept_batching_ = ring_->CanAcceptWithoutWaiting();
+    return true;
+  }
   RPX_LOG(kWarn, "%s: io_uring unavailable (%s); reading and sending socket by socket",
           name_.c_str(), ring_ ? "ring too small" : strerror(errno));
   ring_.reset();
@@ -399,12 +402,36 @@ void Dispatcher::ReadAhead(struct epoll_event* events, int n) {
     if (!(events[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))) continue;
     char* buf;
     size_t len;
-    if (fe->ReadAheadBuffer(&buf, &len)) ring_->QueueRecv(fe->fd_, buf, len, i);
+    // With one event a plain recv is as cheap as the ring. Not so an accept: the ring also
+    // takes the one that finds the queue empty, a syscall of its own otherwise.
+    if (n > 1 && fe->ReadAheadBuffer(&buf, &len)) {
+      ring_->QueueRecv(fe->fd_, buf, len, i);
+      continue;
+    }
+    if (!accept_batching_) continue;
+    AcceptSlot* slots;
+    size_t k = fe->AcceptAheadSlots(&slots);
+    for (size_t s = 0; s < k; ++s) {
+      // Slot s + 1 in the tag's high half (0 there: a recv).
+      uint64_t tag = static_cast<uint64_t>(i) | static_cast<uint64_t>(s + 1) << 32;
+      if (!ring_->QueueAccept(fe->fd_, reinterpret_cast<sockaddr*>(&slots[s].addr), &slots[s].len,
+                              tag)) {
+        break;
+      }
+    }
   }
   if (ring_->queued() == 0) return;
   ++read_batches_;
-  batched_reads_ += ring_->Submit([events](uint64_t i, ssize_t result) {
-    static_cast<FileEvent*>(events[i].data.ptr)->OnReadAhead(result);
+  ring_->Submit([this, events](uint64_t tag, ssize_t result) {
+    auto* fe = static_cast<FileEvent*>(events[tag & 0xffffffffu].data.ptr);
+    uint64_t slot = tag >> 32;
+    if (slot == 0) {
+      ++batched_reads_;
+      fe->OnReadAhead(result);
+    } else {
+      if (result >= 0) ++batched_accepts_;
+      fe->OnAcceptAhead(slot - 1, static_cast<int>(result));
+    }
   });
 }
 
@@ -456,8 +483,7 @@ void Dispatcher::RunOnce(int max_wait_ms) {
     exit_.store(true);
     return;
   }
-  // With one event a plain recv is as cheap as the ring.
-  if (read_batching_ && n > 1) ReadAhead(events, n);
+  if (read_batching_ && n > 0) ReadAhead(events, n);
   bool posted = false;
   for (int i = 0; i < n; ++i) {
     auto* fe = static_cast<FileEvent*>(events[i].data.ptr);

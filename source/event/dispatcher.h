@@ -4,6 +4,7 @@
 // after the current batch of events.
 #pragma once
 
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #include <atomic>
@@ -22,6 +23,12 @@ namespace rpx {
 
 class Dispatcher;
 class IoRing;
+
+// Where an accept taken by accept batching puts the peer's address (see FileEvent).
+struct AcceptSlot {
+  sockaddr_storage addr;
+  socklen_t len;
+};
 
 // Readiness for one file descriptor. The owner turns read and write interest on and off (that is
 // how backpressure stops reading from a socket).
@@ -70,6 +77,15 @@ class FileEvent {
   // of stream, or -errno), always before OnEvents of the same batch.
   virtual bool ReadAheadBuffer(char** /*buf*/, size_t* /*len*/) { return false; }
   virtual void OnReadAhead(ssize_t /*result*/) {}
+  // Accept batching, read batching's counterpart for a listening socket: its owner can let the
+  // loop take its next connections early, in the batch's io_uring_enter, instead of an accept4(2)
+  // each and one more that finds the queue empty. AcceptAheadSlots offers how many to try (0: not
+  // now) and where their peers' addresses go (`*slots`, valid until the results are in);
+  // OnAcceptAhead(i, result) gets slot i's result (the new descriptor, non-blocking and
+  // close-on-exec, or -errno: -EAGAIN once the queue is empty), always before OnEvents of the
+  // same batch. A slot that gets no result was not tried (the ring was full).
+  virtual size_t AcceptAheadSlots(AcceptSlot** /*slots*/) { return 0; }
+  virtual void OnAcceptAhead(size_t /*slot*/, int /*result*/) {}
 
  private:
   friend class Dispatcher;
@@ -238,8 +254,12 @@ class Dispatcher {
   // the loop logs it once and reads with recv(2) as before.
   void SetReadBatching(bool on) { read_batching_ = on; }
   bool read_batching() const { return read_batching_; }
-  // Reads taken early by read batching, and io_uring_enter calls that took them (tests, stats).
+  // Accept batching (FileEvent::AcceptAheadSlots) comes with read batching, on a kernel whose
+  // io_uring can accept without waiting (Linux 6.10); elsewhere listeners use accept4(2).
+  // Reads taken early by read batching, connections accepted early, and io_uring_enter calls
+  // that took them (tests, stats).
   uint64_t batched_reads() const { return batched_reads_; }
+  uint64_t batched_accepts() const { return batched_accepts_; }
   uint64_t read_batches() const { return read_batches_; }
   // Write batching: when two or more Flushables are scheduled, their sends go out together in one
   // io_uring_enter(2) before each one's Flush() (see Flushable). The same trade as read
@@ -323,7 +343,9 @@ class Dispatcher {
   uint64_t batch_misses_ = 0;
   bool read_batching_ = false;
   std::unique_ptr<IoRing> ring_;  // created on the loop's thread at first use
+  bool accept_batching_ = false;  // set when the ring is made
   uint64_t batched_reads_ = 0;
+  uint64_t batched_accepts_ = 0;
   uint64_t read_batches_ = 0;
   bool write_batching_ = false;
   uint64_t batched_writes_ = 0;

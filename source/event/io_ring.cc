@@ -24,6 +24,9 @@ int Enter(int fd, unsigned to_submit, unsigned min_complete, unsigned flags) {
       syscall(__NR_io_uring_enter, fd, to_submit, min_complete, flags, nullptr, 0));
 }
 
+// IORING_ACCEPT_DONTWAIT (Linux 6.10): newer than the headers this builds with.
+constexpr uint16_t kAcceptDontWait = 1U << 1;
+
 template <class T>
 T* At(void* base, uint32_t offset) {
   return reinterpret_cast<T*>(static_cast<char*>(base) + offset);
@@ -97,24 +100,57 @@ bool IoRing::QueueSend(int fd, const char* buf, size_t len, uint64_t tag, bool m
                MSG_DONTWAIT | MSG_NOSIGNAL | (more ? MSG_MORE : 0), tag);
 }
 
-bool IoRing::Queue(uint8_t opcode, int fd, uint64_t addr, size_t len, int flags, uint64_t tag) {
-  if (queued_ == sq_entries_) return false;
+bool IoRing::QueueAccept(int fd, sockaddr* addr, socklen_t* len, uint64_t tag) {
+  io_uring_sqe* sqe = Next(IORING_OP_ACCEPT, fd, tag);
+  if (sqe == nullptr) return false;
+  sqe->addr = reinterpret_cast<uint64_t>(addr);
+  sqe->addr2 = reinterpret_cast<uint64_t>(len);
+  sqe->accept_flags = SOCK_NONBLOCK | SOCK_CLOEXEC;
+  // Without it io_uring parks an accept that finds the queue empty (whatever the socket's
+  // O_NONBLOCK) until a connection arrives: the request would outlive Submit().
+  sqe->ioprio = kAcceptDontWait;
+  return true;
+}
+
+bool IoRing::CanAcceptWithoutWaiting() {
+  if (accept_dontwait_ >= 0) return accept_dontwait_ != 0;
+  // The flags are checked when the request is prepared, before its descriptor is looked up:
+  // a kernel that knows the flag fails an accept on fd -1 with EBADF, one that does not with
+  // EINVAL. Anything else counts as no.
+  sockaddr_storage addr;
+  socklen_t len = sizeof(addr);
+  ssize_t result = 0;
+  if (queued_ == 0 && QueueAccept(-1, reinterpret_cast<sockaddr*>(&addr), &len, 0)) {
+    Submit([&result](uint64_t, ssize_t r) { result = r; });
+  }
+  accept_dontwait_ = result == -EBADF ? 1 : 0;
+  return accept_dontwait_ != 0;
+}
+
+io_uring_sqe* IoRing::Next(uint8_t opcode, int fd, uint64_t tag) {
+  if (queued_ == sq_entries_) return nullptr;
   unsigned tail = *sq_tail_;  // only this thread writes it
   unsigned index = tail & sq_mask_;
   io_uring_sqe* sqe = static_cast<io_uring_sqe*>(sqes_) + index;
   memset(sqe, 0, sizeof(*sqe));
   sqe->opcode = opcode;
   sqe->fd = fd;
+  sqe->user_data = tag;
+  sq_array_[index] = index;
+  __atomic_store_n(sq_tail_, tail + 1, __ATOMIC_RELEASE);
+  ++queued_;
+  return sqe;
+}
+
+bool IoRing::Queue(uint8_t opcode, int fd, uint64_t addr, size_t len, int flags, uint64_t tag) {
+  io_uring_sqe* sqe = Next(opcode, fd, tag);
+  if (sqe == nullptr) return false;
   sqe->addr = addr;
   sqe->len = static_cast<uint32_t>(std::min<size_t>(len, INT_MAX));
   // MSG_DONTWAIT also tells io_uring not to park the request when the socket is not ready
   // (nothing to read, no room to write): it completes with -EAGAIN, so nothing is ever left in
   // flight (see the header).
   sqe->msg_flags = flags;
-  sqe->user_data = tag;
-  sq_array_[index] = index;
-  __atomic_store_n(sq_tail_, tail + 1, __ATOMIC_RELEASE);
-  ++queued_;
   return true;
 }
 

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -101,18 +102,33 @@ absl::StatusOr<std::vector<int>> OpenWorkerSockets(SocketAddress addr, bool reus
   return fds;
 }
 
+class Listener::AcceptEvent final : public FileEvent {
+ public:
+  AcceptEvent(Dispatcher& d, int fd, Listener* owner) : FileEvent(d, fd, kRead), owner_(owner) {}
+
+ private:
+  void OnEvents(uint32_t) override { owner_->OnReadable(); }
+  size_t AcceptAheadSlots(AcceptSlot** slots) override { return owner_->AcceptAheadSlots(slots); }
+  void OnAcceptAhead(size_t slot, int result) override { owner_->OnAcceptAhead(slot, result); }
+  Listener* owner_;
+};
+
 Listener::Listener(Dispatcher& dispatcher, int fd, AcceptCallback cb)
     : dispatcher_(dispatcher), fd_(fd), cb_(std::move(cb)) {
   // Off when a configured socket option turned it off (or a socket came from elsewhere).
   int on = 0;
   socklen_t len = sizeof(on);
   nodelay_inherited_ = getsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &on, &len) == 0 && on != 0;
-  event_ = dispatcher_.CreateFileEvent(
-      fd_, [this](uint32_t) { OnReadable(); }, FileEvent::kRead);
+  event_ = std::make_unique<AcceptEvent>(dispatcher_, fd_, this);
 }
 
 Listener::~Listener() {
   event_.reset();
+  // Taken by accept batching and not handed out (the event was dropped from its batch): these
+  // are reset, as the connections still queued are by the close below.
+  for (size_t i = 0; i < ahead_offered_; ++i) {
+    if (ahead_result_[i] >= 0) close(ahead_result_[i]);
+  }
   close(fd_);
 }
 
@@ -125,32 +141,87 @@ SocketAddress Listener::LocalAddress() const {
   return a;
 }
 
-void Listener::TakeQueued(const AcceptCallback& cb) { Accept(cb, SIZE_MAX); }
+void Listener::TakeQueued(const AcceptCallback& cb) {
+  size_t accepted = 0;
+  TakeAccepted(cb, &accepted);
+  Accept(cb, SIZE_MAX);
+}
 
-// Accept a bounded batch so one busy listener cannot starve established connections.
-void Listener::OnReadable() { Accept(cb_, 64); }
+void Listener::OnReadable() {
+  size_t accepted = 0;
+  if (TakeAccepted(cb_, &accepted)) accepted += Accept(cb_, kAcceptBatch - accepted);
+  ahead_next_ = std::clamp<size_t>(accepted + 1, 1, kMaxAcceptAhead);
+}
 
-void Listener::Accept(const AcceptCallback& cb, size_t max) {
+size_t Listener::AcceptAheadSlots(AcceptSlot** slots) {
+  if (ahead_offered_ != 0) return 0;  // the last round's are not handed out yet
+  for (size_t i = 0; i < ahead_next_; ++i) {
+    ahead_[i].len = sizeof(ahead_[i].addr);
+    ahead_result_[i] = kNotTried;
+  }
+  ahead_offered_ = ahead_next_;
+  *slots = ahead_;
+  return ahead_offered_;
+}
+
+void Listener::OnAcceptAhead(size_t slot, int result) {
+  if (slot < ahead_offered_) ahead_result_[slot] = result;
+}
+
+namespace {
+// Whether accepting may go on after error `err` (an errno): a connection that failed before we
+// took it is gone, the next one may be fine; the rest end the round.
+bool AcceptMayContinue(int err) {
+  if (err == EINTR || err == ECONNABORTED) return true;
+  if (err == EAGAIN) return false;
+  if (err == EMFILE || err == ENFILE) {
+    RPX_LOG(kWarn, "accept: %s (out of file descriptors)", strerror(err));
+  } else {
+    RPX_LOG(kWarn, "accept: %s", strerror(err));
+  }
+  return false;
+}
+}  // namespace
+
+bool Listener::TakeAccepted(const AcceptCallback& cb, size_t* accepted) {
+  size_t offered = ahead_offered_;
+  ahead_offered_ = 0;
+  bool more = true;
+  for (size_t i = 0; i < offered; ++i) {
+    int r = ahead_result_[i];
+    if (r >= 0) {
+      Deliver(cb, r, ahead_[i].addr, ahead_[i].len);
+      ++*accepted;
+    } else if (r != kNotTried && r != -ECANCELED && !AcceptMayContinue(-r)) {
+      more = false;  // later slots may still hold a connection that came meanwhile
+    }
+  }
+  return more;
+}
+
+size_t Listener::Accept(const AcceptCallback& cb, size_t max) {
+  size_t accepted = 0;
   for (size_t i = 0; i < max; ++i) {
     sockaddr_storage ss;
     socklen_t len = sizeof(ss);
     int fd = accept4(fd_, reinterpret_cast<sockaddr*>(&ss), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
-      if (errno == EINTR || errno == ECONNABORTED) continue;  // that one is gone; next
-      if (errno == EAGAIN) return;
-      if (errno == EMFILE || errno == ENFILE) {
-        RPX_LOG(kWarn, "accept: %s (out of file descriptors)", strerror(errno));
-        return;
-      }
-      RPX_LOG(kWarn, "accept: %s", strerror(errno));
-      return;
+      if (AcceptMayContinue(errno)) continue;
+      break;
     }
-    if (!nodelay_inherited_) {
-      int one = 1;
-      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    }
-    cb(fd, SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&ss), len));
+    Deliver(cb, fd, ss, len);
+    ++accepted;
   }
+  return accepted;
+}
+
+void Listener::Deliver(const AcceptCallback& cb, int fd, const sockaddr_storage& ss,
+                       socklen_t len) {
+  if (!nodelay_inherited_) {
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  }
+  cb(fd, SocketAddress::FromSockaddr(reinterpret_cast<const sockaddr*>(&ss), len));
 }
 
 }  // namespace rpx

@@ -1,8 +1,11 @@
 // Listener: a listening socket on one worker's dispatcher. Each worker opens its own socket on the
 // same address with SO_REUSEPORT, so the kernel spreads new connections across workers and no
-// accept lock is shared. Only the owning dispatcher's thread touches it.
+// accept lock is shared. Only the owning dispatcher's thread touches it. With the dispatcher's
+// accept batching the listener's accepts run in the batch's io_uring_enter (see FileEvent);
+// otherwise it calls accept4(2) until the queue is empty.
 #pragma once
 
+#include <climits>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -57,13 +60,35 @@ class Listener {
   SocketAddress LocalAddress() const;
 
  private:
+  class AcceptEvent;  // the socket's FileEvent, which takes part in accept batching
   void OnReadable();
-  void Accept(const AcceptCallback& cb, size_t max);  // up to `max`, until the queue is empty
+  size_t AcceptAheadSlots(AcceptSlot** slots);
+  void OnAcceptAhead(size_t slot, int result);
+  // Hands what accept batching took to `cb`, adding them to `*accepted`; false when one of them
+  // found the queue empty (or an error that ends this round).
+  bool TakeAccepted(const AcceptCallback& cb, size_t* accepted);
+  // accept4(2) up to `max` times, until the queue is empty; returns how many it accepted.
+  size_t Accept(const AcceptCallback& cb, size_t max);
+  void Deliver(const AcceptCallback& cb, int fd, const sockaddr_storage& ss, socklen_t len);
+
+  // One round takes at most this many, so one busy listener cannot starve established
+  // connections.
+  static constexpr size_t kAcceptBatch = 64;
+  static constexpr size_t kMaxAcceptAhead = 16;
+  static constexpr int kNotTried = INT32_MIN;
+
   Dispatcher& dispatcher_;
   int fd_;
   bool nodelay_inherited_;  // the listening socket has TCP_NODELAY, so accepted ones have it
   AcceptCallback cb_;
   std::unique_ptr<FileEvent> event_;
+  // Accept batching's slots and their results (a descriptor, -errno or kNotTried).
+  AcceptSlot ahead_[kMaxAcceptAhead];
+  int ahead_result_[kMaxAcceptAhead];
+  size_t ahead_offered_ = 0;  // slots offered and not handed out yet
+  // Slots to offer next: one more than the last round accepted, so that when arrivals keep
+  // their pace the last one finds the queue empty inside the ring.
+  size_t ahead_next_ = 1;
 };
 
 }  // namespace rpx

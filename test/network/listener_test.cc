@@ -1,16 +1,21 @@
 #include "source/network/listener.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <map>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "source/event/io_ring.h"
 
 namespace rpx {
 namespace {
@@ -119,6 +124,46 @@ TEST(ListenerTest, AcceptedSocketsHaveNoDelayEvenWhenAnOptionTurnedItOffOnTheLis
     close(accepted);
     close(client);
   }
+}
+
+// With read batching the dispatcher accepts inside its io_uring batch (where the kernel can
+// accept without waiting): every connection is handed out once, with its peer's address, as
+// with accept4(2), including those that arrive while the listener is busy.
+TEST(ListenerTest, AcceptBatchingHandsOutEveryConnectionWithItsPeer) {
+  std::unique_ptr<IoRing> ring = IoRing::Create(8);
+  if (!ring || !ring->CanAcceptWithoutWaiting()) GTEST_SKIP() << "no io_uring accept here";
+  auto fd = OpenListenSocket(Loopback(0), false, 128);
+  ASSERT_TRUE(fd.ok()) << fd.status();
+  uint16_t port = PortOf(*fd);
+  Dispatcher d("t");
+  d.SetReadBatching(true);
+  std::map<uint16_t, int> accepted;  // peer port -> our descriptor
+  int duplicates = 0;
+  Listener l(d, *fd, [&](int afd, const SocketAddress& peer) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(&peer.storage);
+    duplicates += !accepted.emplace(ntohs(in->sin_port), afd).second;
+  });
+  // A burst queued before the loop runs (more than one round takes), then one at a time.
+  std::vector<int> clients;
+  for (int i = 0; i < 100; ++i) clients.push_back(ConnectTo(port));
+  ASSERT_TRUE(d.RunUntil([&] { return accepted.size() == clients.size(); }, 5000));
+  for (int i = 0; i < 20; ++i) {
+    clients.push_back(ConnectTo(port));
+    ASSERT_TRUE(d.RunUntil([&] { return accepted.size() == clients.size(); }, 5000));
+  }
+  EXPECT_EQ(duplicates, 0);
+  EXPECT_GT(d.batched_accepts(), 0u);
+  for (int c : clients) {
+    ASSERT_GE(c, 0);
+    sockaddr_in local{};
+    socklen_t len = sizeof(local);
+    getsockname(c, reinterpret_cast<sockaddr*>(&local), &len);
+    auto it = accepted.find(ntohs(local.sin_port));
+    ASSERT_NE(it, accepted.end()) << "client port " << ntohs(local.sin_port);
+    EXPECT_TRUE(fcntl(it->second, F_GETFL) & O_NONBLOCK);
+    close(c);
+  }
+  for (auto& [p, afd] : accepted) close(afd);
 }
 
 // A refused option fails the listener in every state, naming the option; nothing stays bound.
