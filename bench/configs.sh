@@ -124,8 +124,13 @@ backend origin
 EOF
 }
 
+# RPX_REQUEST_ID=0 turns off the x-request-id rpx generates for every request (Envoy's default,
+# a random UUID; `generate_request_id: false`). nginx and HAProxy, as configured here, add no ID;
+# the default 1 keeps the runs comparable with earlier ones (docs/benchmarks.md, session 21: the
+# ID costs rpx about 400 instructions per request, and moved no req/s).
 write_rpx_conf() {  # $1 dir $2 port $3 admin-port [$4 = extra virtual hosts before the matching one]
-  local extra=${4:-0} target='["*"]'
+  local extra=${4:-0} target='["*"]' request_id=true
+  if [ "${RPX_REQUEST_ID:-1}" = 0 ]; then request_id=false; fi
   if [ "$extra" -gt 0 ]; then target='["127.0.0.1"]'; fi  # wrk's Host, matched exactly
   cat >"$1/bootstrap.yaml" <<EOF
 admin:
@@ -147,6 +152,7 @@ static_resources:
           "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
           stat_prefix: ingress_http
           codec_type: HTTP1
+          generate_request_id: $request_id
           route_config:
             name: local_route
             virtual_hosts:

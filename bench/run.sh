@@ -26,6 +26,8 @@
 #   RPX_BIN=path      rpx binary (default <repo>/bazel-bin/source/exe/rpx); rpx is skipped if missing
 #   RPX_ARGS="..."    extra rpx arguments, appended after "-c FILE --concurrency 1 -l warn"
 #   RPX_B_BIN, RPX_B_ARGS  binary and arguments of rpx-b (default: RPX_BIN, RPX_ARGS)
+#   RPX_REQUEST_ID=1  rpx generates an x-request-id for every request (Envoy's default; nginx and
+#                     HAProxy add none here); 0 turns it off. RPX_B_REQUEST_ID: rpx-b's (default the same)
 #   RELAY_BIN=path    the relay (default <repo>/bazel-bin/bench/tcp_relay: bazel build //bench:tcp_relay)
 #   PROXY_CPU=1       CPU time each proxy may use, in CPUs (a cgroup CPU quota; e.g. 0.5 = half of CPU 0).
 #                     Below 1, the proxy is the bottleneck instead of wrk + origin on CPU 1, so req/s
@@ -53,7 +55,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
 
 # --- options (remember which were given, for the report header) --------------------------
-OPTION_VARS=(RUNS DURATION WARMUP ROWS PROXIES DIRECT DIRECT_ROWS DIRECT_WRK_CPU RPX_BIN RPX_ARGS RPX_B_BIN RPX_B_ARGS RELAY_BIN PROXY_CPU PROXY_CPU_PERIOD_US NGINX_BEST_TUNE SKIP_INSTALL BASE_PORT OUT_DIR KEEP_TMP TCP_CC)
+OPTION_VARS=(RUNS DURATION WARMUP ROWS PROXIES DIRECT DIRECT_ROWS DIRECT_WRK_CPU RPX_BIN RPX_ARGS RPX_B_BIN RPX_B_ARGS RPX_REQUEST_ID RPX_B_REQUEST_ID RELAY_BIN PROXY_CPU PROXY_CPU_PERIOD_US NGINX_BEST_TUNE SKIP_INSTALL BASE_PORT OUT_DIR KEEP_TMP TCP_CC)
 GIVEN_ENV=""
 for v in "${OPTION_VARS[@]}"; do
   if [ -n "${!v+x}" ]; then
@@ -74,6 +76,8 @@ RPX_BIN=${RPX_BIN:-$ROOT/bazel-bin/source/exe/rpx}
 RPX_ARGS=${RPX_ARGS:-}
 RPX_B_BIN=${RPX_B_BIN:-$RPX_BIN}
 RPX_B_ARGS=${RPX_B_ARGS:-$RPX_ARGS}
+RPX_REQUEST_ID=${RPX_REQUEST_ID:-1}
+RPX_B_REQUEST_ID=${RPX_B_REQUEST_ID:-$RPX_REQUEST_ID}
 RELAY_BIN=${RELAY_BIN:-$ROOT/bazel-bin/bench/tcp_relay}
 PROXY_CPU=${PROXY_CPU:-1}
 PROXY_CPU_PERIOD_US=${PROXY_CPU_PERIOD_US:-10000}
@@ -380,7 +384,8 @@ start_proxy() {  # $1 name; sets PROXY_PID, PROXY_PORT; returns 1 if it cannot b
   case "$name" in
     rpx|rpx-10kvh|rpx-2w|rpx-b)
       local bin=$RPX_BIN args=$RPX_ARGS
-      if [ "$name" = rpx-b ]; then bin=$RPX_B_BIN; args=$RPX_B_ARGS; fi
+      local request_id=$RPX_REQUEST_ID
+      if [ "$name" = rpx-b ]; then bin=$RPX_B_BIN; args=$RPX_B_ARGS; request_id=$RPX_B_REQUEST_ID; fi
       if [ ! -x "$bin" ]; then
         log "SKIP $name: $bin is not an executable file (build rpx first, or set RPX_BIN/RPX_B_BIN)"
         return 1
@@ -389,7 +394,7 @@ start_proxy() {  # $1 name; sets PROXY_PID, PROXY_PORT; returns 1 if it cannot b
       local vhosts=0 workers=1 cpus=0
       if [ "$name" = rpx-10kvh ]; then vhosts=10000; fi  # 10,000 other virtual hosts in the table
       if [ "$name" = rpx-2w ]; then workers=2; cpus=0,1; fi  # the second shares wrk's CPU
-      write_rpx_conf "$dir" "$PROXY_PORT" "$admin" "$vhosts"
+      RPX_REQUEST_ID=$request_id write_rpx_conf "$dir" "$PROXY_PORT" "$admin" "$vhosts"
       # shellcheck disable=SC2086
       in_cgroup "$cg" taskset -c "$cpus" "$bin" -c "$dir/bootstrap.yaml" --concurrency "$workers" -l warn $args \
         >"$dir/stdout.log" 2>&1 &
