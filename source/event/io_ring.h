@@ -9,9 +9,9 @@
 // Contract: every operation is a recv or a send with MSG_DONTWAIT, or an accept with
 // IORING_ACCEPT_DONTWAIT, which io_uring completes (or fails with -EAGAIN) inline instead of
 // parking it, so Submit() returns with every queued operation done and no buffer is ever
-// referenced by the kernel afterwards. Owned by one Dispatcher
-// and used only on its thread. Create() returns nullptr where the kernel has no io_uring or refuses
-// it (seccomp in containers, kernel.io_uring_disabled): callers then use recv(2) and send(2).
+// referenced by the kernel afterwards. Owned by one Dispatcher and used only on its thread.
+// Create() returns nullptr where the kernel has no io_uring or refuses it (seccomp in containers,
+// kernel.io_uring_disabled): callers then use recv(2), send(2) and accept4(2).
 #pragma once
 
 #include <sys/socket.h>
