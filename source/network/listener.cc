@@ -144,7 +144,7 @@ SocketAddress Listener::LocalAddress() const {
 void Listener::TakeQueued(const AcceptCallback& cb) {
   size_t accepted = 0;
   TakeAccepted(cb, &accepted);
-  Accept(cb, SIZE_MAX);
+  Accept(cb, SIZE_MAX);  // even after an empty queue there: connections may have come since
 }
 
 void Listener::OnReadable() {
@@ -157,7 +157,7 @@ size_t Listener::AcceptAheadSlots(AcceptSlot** slots) {
   if (ahead_offered_ != 0) return 0;  // the last round's are not handed out yet
   for (size_t i = 0; i < ahead_next_; ++i) {
     ahead_[i].len = sizeof(ahead_[i].addr);
-    ahead_result_[i] = kNotTried;
+    ahead_result_[i] = -ECANCELED;
   }
   ahead_offered_ = ahead_next_;
   *slots = ahead_;
@@ -192,7 +192,7 @@ bool Listener::TakeAccepted(const AcceptCallback& cb, size_t* accepted) {
     if (r >= 0) {
       Deliver(cb, r, ahead_[i].addr, ahead_[i].len);
       ++*accepted;
-    } else if (r != kNotTried && r != -ECANCELED && !AcceptMayContinue(-r)) {
+    } else if (r != -ECANCELED && !AcceptMayContinue(-r)) {
       more = false;  // later slots may still hold a connection that came meanwhile
     }
   }

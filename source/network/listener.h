@@ -5,7 +5,6 @@
 // otherwise it calls accept4(2) until the queue is empty.
 #pragma once
 
-#include <climits>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -75,14 +74,14 @@ class Listener {
   // connections.
   static constexpr size_t kAcceptBatch = 64;
   static constexpr size_t kMaxAcceptAhead = 16;
-  static constexpr int kNotTried = INT32_MIN;
 
   Dispatcher& dispatcher_;
   int fd_;
   bool nodelay_inherited_;  // the listening socket has TCP_NODELAY, so accepted ones have it
   AcceptCallback cb_;
   std::unique_ptr<FileEvent> event_;
-  // Accept batching's slots and their results (a descriptor, -errno or kNotTried).
+  // Accept batching's slots and their results (a descriptor or -errno; -ECANCELED until the
+  // ring ran it, as for an accept the kernel did not take).
   AcceptSlot ahead_[kMaxAcceptAhead];
   int ahead_result_[kMaxAcceptAhead];
   size_t ahead_offered_ = 0;  // slots offered and not handed out yet
