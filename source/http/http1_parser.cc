@@ -279,6 +279,11 @@ int Http1Parser::OnHeadersComplete(llhttp_t* p) {
   bool has_cl = (p->flags & F_CONTENT_LENGTH) != 0;
   if (self->type_ == Type::kRequest) {
     RequestHead& r = self->request();
+    // HTTP/1.0 has no transfer codings: a 1.0 hop in front may have framed this body by
+    // Content-Length or by close (RFC 9112 6.1: the framing is faulty; nginx and HAProxy say 400).
+    if ((p->flags & F_TRANSFER_ENCODING) && p->http_major == 1 && p->http_minor == 0) {
+      return self->Fail(400, "Transfer-Encoding in an HTTP/1.0 request");
+    }
     // A transfer coding other than a final "chunked": llhttp reports it only after this callback,
     // when the request would already be routed; refuse it here.
     if ((p->flags & F_TRANSFER_ENCODING) && !(chunked && OnlyChunked(self->request().headers))) {
