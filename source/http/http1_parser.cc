@@ -48,6 +48,7 @@ struct ByteClasses {
   bool token[256] = {};
   bool text[256] = {};
   bool target[256] = {};  // an origin-form target's (RFC 3986 pchar, '/', '?'; no '#')
+  bool host[256] = {};    // a Host's or an absolute-form authority's (see ValidAuthority)
   constexpr ByteClasses() {
     for (int c = '0'; c <= '9'; ++c) target[c] = true;
     for (int c = 'a'; c <= 'z'; ++c) target[c] = target[c - 32] = true;
@@ -58,9 +59,25 @@ struct ByteClasses {
     for (char c : std::string_view("!#$%&'*+-.^_`|~")) token[static_cast<unsigned char>(c)] = true;
     for (int c = 0x20; c < 0x7f; ++c) text[c] = true;
     text[static_cast<unsigned char>('\t')] = true;
+    for (int c = '0'; c <= '9'; ++c) host[c] = true;
+    for (int c = 'a'; c <= 'z'; ++c) host[c] = host[c - 32] = true;
+    for (char c : std::string_view("-._~!$&'()*+,;=%:[]"))
+      host[static_cast<unsigned char>(c)] = true;
   }
 };
 constexpr ByteClasses kBytes;
+
+// RFC 9112 3.2: a Host is uri-host [":" port], where a host is a reg-name (unreserved,
+// pct-encoded, sub-delims), an IPv4 address or a bracketed IP literal (RFC 3986 3.2.2); a server
+// answers 400 to any other. rpx checks the characters, not the whole grammar: enough that no
+// Host carries a path, userinfo ('@'), whitespace or a control byte into routing, redirects'
+// Location, logs or the upstream request. Empty is valid (a target with no authority).
+bool ValidAuthority(std::string_view v) {
+  for (char c : v) {
+    if (!kBytes.host[static_cast<unsigned char>(c)]) return false;
+  }
+  return true;
+}
 
 // The first byte from `p` on (before `end`) that kBytes.text refuses, 16 at a time where it can:
 // values are most of a head's bytes.
@@ -325,6 +342,10 @@ int Http1Parser::OnHeadersComplete(llhttp_t* p) {
     } else if (r.version_minor >= 1) {
       return self->Fail(400, "missing Host header");
     }
+    if (!ValidAuthority(r.host)) {
+      return self->Fail(400, authority.empty() ? "invalid Host header"
+                                               : "invalid authority in the request target");
+    }
     if (r.method == std::string_view("CONNECT")) return self->Fail(501, "CONNECT is not supported");
     self->callbacks_->OnHead();
     return 0;
@@ -489,7 +510,8 @@ bool Http1Parser::FastMessage(const char* data, size_t len, size_t* consumed, Re
     switch (f.name.size()) {
       case 4:
         if (is_request && f.name == std::string_view("host")) {
-          if (host_index != SIZE_MAX) return false;  // llhttp's path refuses it
+          // Twice or not a valid authority: llhttp's path refuses it with the reason.
+          if (host_index != SIZE_MAX || !ValidAuthority(f.value)) return false;
           host_index = h.size() - 1;
         }
         break;

@@ -511,12 +511,33 @@ TEST_P(RequestPathTest, BadRequestsAreRefusedEitherWay) {
            Case{"GET / HTTP/2.0\r\nHost: a\r\n\r\n", 505},
            Case{"GET /a b HTTP/1.1\r\nHost: a\r\n\r\n", 400},
            Case{"GET / HTTP/1.1\r\nHost: a\r\nTransfer Encoding: chunked\r\n\r\n", 400},
+           // Hosts that are not an authority (a path, userinfo, whitespace, a quote, non-ASCII).
+           Case{"GET / HTTP/1.1\r\nHost: app/evil\r\n\r\n", 400},
+           Case{"GET / HTTP/1.1\r\nHost: user@app\r\n\r\n", 400},
+           Case{"GET / HTTP/1.1\r\nHost: app evil\r\n\r\n", 400},
+           Case{"GET / HTTP/1.1\r\nHost: app\"\r\n\r\n", 400},
+           Case{"GET / HTTP/1.1\r\nHost: app\\x\r\n\r\n", 400},
+           Case{"GET / HTTP/1.1\r\nHost: \xc3\xa9.example\r\n\r\n", 400},
+           Case{"GET http://user@app/ HTTP/1.1\r\nHost: app\r\n\r\n", 400},
+           Case{"GET http://a{b}/ HTTP/1.1\r\nHost: app\r\n\r\n", 400},
        }) {
     Recorder rec;
     Http1Parser p(Http1Parser::Type::kRequest, rec, {});
     EXPECT_EQ(Feed(p, c.request).result, Http1Parser::Result::kError) << c.request;
     EXPECT_EQ(p.error_status(), c.status) << c.request;
     EXPECT_EQ(rec.heads, 0) << c.request;
+  }
+}
+
+TEST_P(RequestPathTest, ValidAuthoritiesAreTakenEitherWay) {
+  for (const char* host : {"app", "app.example:8080", "127.0.0.1:80", "[::1]:8443",
+                           "xn--e1a.example", "a-b_c~d!$&'()*+,;=%41", ""}) {
+    Recorder rec;
+    Http1Parser p(Http1Parser::Type::kRequest, rec, {});
+    std::string req = std::string("GET / HTTP/1.1\r\nHost: ") + host + "\r\n\r\n";
+    EXPECT_NE(Feed(p, req).result, Http1Parser::Result::kError) << host;
+    EXPECT_EQ(rec.heads, 1) << host;
+    EXPECT_EQ(p.request().host, host);
   }
 }
 
