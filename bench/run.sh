@@ -29,6 +29,11 @@
 #   RPX_REQUEST_ID=1  rpx generates an x-request-id for every request (Envoy's default; nginx and
 #                     HAProxy add none here); 0 turns it off. RPX_B_REQUEST_ID: rpx-b's (default the same)
 #   RELAY_BIN=path    the relay (default <repo>/bazel-bin/bench/tcp_relay: bazel build //bench:tcp_relay)
+#   ORIGIN=lean       the origin behind every proxy: lean = bench/origin (one thread, prebuilt
+#                     responses, about a third of nginx's CPU per 30 B response, so CPU 1 caps the
+#                     uncapped rows less, as a separate load machine would); nginx = nginx 1.22
+#                     serving the same files (the origin of sessions up to 22's figures)
+#   ORIGIN_BIN=path   the lean origin (default <repo>/bazel-bin/bench/origin: bazel build //bench:origin)
 #   PROXY_CPU=1       CPU time each proxy may use, in CPUs (a cgroup CPU quota; e.g. 0.5 = half of CPU 0).
 #                     Below 1, the proxy is the bottleneck instead of wrk + origin on CPU 1, so req/s
 #                     compares the proxies per core. Needs root and the cgroup cpu controller.
@@ -45,7 +50,7 @@
 #                     on a host with BBR and no fq qdisc, TCP paces with a timer per burst, which
 #                     is dear in a VM and dominates the 4 MiB row). Needs root and unshare(1).
 #
-# CPU layout (2 cores): proxy under test on CPU 0; origin nginx and wrk share CPU 1.
+# CPU layout (2 cores): proxy under test on CPU 0; the origin and wrk share CPU 1.
 # All proxies are started first and measured in turn, row by row (see "run" below).
 # Only the processes this script starts are ever signalled, by PID.
 set -euo pipefail
@@ -55,7 +60,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
 
 # --- options (remember which were given, for the report header) --------------------------
-OPTION_VARS=(RUNS DURATION WARMUP ROWS PROXIES DIRECT DIRECT_ROWS DIRECT_WRK_CPU RPX_BIN RPX_ARGS RPX_B_BIN RPX_B_ARGS RPX_REQUEST_ID RPX_B_REQUEST_ID RELAY_BIN PROXY_CPU PROXY_CPU_PERIOD_US NGINX_BEST_TUNE SKIP_INSTALL BASE_PORT OUT_DIR KEEP_TMP TCP_CC)
+OPTION_VARS=(RUNS DURATION WARMUP ROWS PROXIES DIRECT DIRECT_ROWS DIRECT_WRK_CPU RPX_BIN RPX_ARGS RPX_B_BIN RPX_B_ARGS RPX_REQUEST_ID RPX_B_REQUEST_ID RELAY_BIN ORIGIN ORIGIN_BIN PROXY_CPU PROXY_CPU_PERIOD_US NGINX_BEST_TUNE SKIP_INSTALL BASE_PORT OUT_DIR KEEP_TMP TCP_CC)
 GIVEN_ENV=""
 for v in "${OPTION_VARS[@]}"; do
   if [ -n "${!v+x}" ]; then
@@ -79,6 +84,8 @@ RPX_B_ARGS=${RPX_B_ARGS:-$RPX_ARGS}
 RPX_REQUEST_ID=${RPX_REQUEST_ID:-1}
 RPX_B_REQUEST_ID=${RPX_B_REQUEST_ID:-$RPX_REQUEST_ID}
 RELAY_BIN=${RELAY_BIN:-$ROOT/bazel-bin/bench/tcp_relay}
+ORIGIN=${ORIGIN:-lean}
+ORIGIN_BIN=${ORIGIN_BIN:-$ROOT/bazel-bin/bench/origin}
 PROXY_CPU=${PROXY_CPU:-1}
 PROXY_CPU_PERIOD_US=${PROXY_CPU_PERIOD_US:-10000}
 NGINX_BEST_TUNE=${NGINX_BEST_TUNE:-0}
@@ -118,6 +125,11 @@ for r in $ROWS; do [ -n "${ROW_PATH[$r]+x}" ] || die "unknown row '$r' (known: 3
 KNOWN_PROXIES="$ALL_PROXIES rpx-10kvh rpx-2w rpx-b haproxy-bp relay"
 for p in $PROXIES; do case " $KNOWN_PROXIES " in *" $p "*) ;; *) die "unknown proxy '$p' (known: $KNOWN_PROXIES)";; esac; done
 [[ "$RUNS" =~ ^[1-9][0-9]*$ ]] || die "RUNS must be a positive integer"
+case "$ORIGIN" in
+  lean) [ -x "$ORIGIN_BIN" ] || die "ORIGIN=lean needs $ORIGIN_BIN (bazel build //bench:origin, or set ORIGIN_BIN; ORIGIN=nginx uses nginx instead)" ;;
+  nginx) ;;
+  *) die "ORIGIN must be lean or nginx (got '$ORIGIN')" ;;
+esac
 [[ "$PROXY_CPU" =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)$ ]] || die "PROXY_CPU must be a number of CPUs, e.g. 0.5 (got '$PROXY_CPU')"
 [[ "$PROXY_CPU_PERIOD_US" =~ ^[0-9]+$ ]] && [ "$PROXY_CPU_PERIOD_US" -ge 1000 ] && [ "$PROXY_CPU_PERIOD_US" -le 1000000 ] ||
   die "PROXY_CPU_PERIOD_US must be 1000..1000000 (got '$PROXY_CPU_PERIOD_US')"
@@ -359,17 +371,26 @@ declare -A ORIGIN_PORTS
 for p in direct $PROXIES; do pick_port "ORIGIN_PORTS[$p]"; done
 ORIGIN_PORT=${ORIGIN_PORTS[direct]}
 mkdir -p "$TMP/origin"
-write_origin_conf "$TMP/origin" "${ORIGIN_PORTS[*]}"
-nginx -t -q -p "$TMP/origin" -c "$TMP/origin/nginx.conf" -e "$TMP/origin/error.log" ||
-  die "origin nginx config invalid: $TMP/origin/nginx.conf"
-taskset -c 1 nginx -p "$TMP/origin" -c "$TMP/origin/nginx.conf" -e "$TMP/origin/error.log" \
-  >"$TMP/origin/stdout.log" 2>&1 &
+if [ "$ORIGIN" = lean ]; then
+  # shellcheck disable=SC2086  # one argument per port
+  taskset -c 1 "$ORIGIN_BIN" "$TMP/www" ${ORIGIN_PORTS[*]} >"$TMP/origin/stdout.log" 2>"$TMP/origin/error.log" &
+else
+  write_origin_conf "$TMP/origin" "${ORIGIN_PORTS[*]}"
+  nginx -t -q -p "$TMP/origin" -c "$TMP/origin/nginx.conf" -e "$TMP/origin/error.log" ||
+    die "origin nginx config invalid: $TMP/origin/nginx.conf"
+  taskset -c 1 nginx -p "$TMP/origin" -c "$TMP/origin/nginx.conf" -e "$TMP/origin/error.log" \
+    >"$TMP/origin/stdout.log" 2>&1 &
+fi
 ORIGIN_PID=$!
 STARTED_PIDS+=("$ORIGIN_PID")
-wait_port "$ORIGIN_PORT" "$ORIGIN_PID" 15 || { cat "$TMP/origin/error.log" >&2 || true; die "origin did not listen on $ORIGIN_PORT"; }
-got=$(curl -s --max-time 5 "http://127.0.0.1:$ORIGIN_PORT/small.txt") || die "origin GET failed"
-[ "$got" = "$(cat "$TMP/www/small.txt")" ] || die "origin returned unexpected body"
-log "origin nginx PID $ORIGIN_PID on 127.0.0.1 ports ${ORIGIN_PORTS[*]} (one per proxy; CPU 1)"
+for p in "${ORIGIN_PORTS[@]}"; do
+  wait_port "$p" "$ORIGIN_PID" 15 || { cat "$TMP/origin/error.log" >&2 || true; die "origin ($ORIGIN) did not listen on $p"; }
+done
+for f in small.txt page.html; do
+  got=$(curl -s --max-time 5 "http://127.0.0.1:$ORIGIN_PORT/$f") || die "origin GET /$f failed"
+  [ "$got" = "$(cat "$TMP/www/$f")" ] || die "origin returned unexpected body for /$f"
+done
+log "origin ($ORIGIN) PID $ORIGIN_PID on 127.0.0.1 ports ${ORIGIN_PORTS[*]} (one per proxy; CPU 1)"
 
 # --- proxies ---------------------------------------------------------------------------------------
 PROXY_PID=""; PROXY_PORT=""
@@ -529,7 +550,12 @@ HEADER="$RAW/header.md"
   echo "- command: \`${GIVEN_ENV}bash bench/run.sh\` (RUNS=$RUNS DURATION=$DURATION WARMUP=$WARMUP)"
   echo "- date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
   echo "- kernel: $(uname -srm); TCP congestion control: $(cat /proc/sys/net/ipv4/tcp_congestion_control)$([ -n "${RPX_BENCH_IN_NETNS:-}" ] && echo " (TCP_CC: in a network namespace of its own; the host's is $RPX_BENCH_HOST_CC)"), loopback qdisc: $(tc qdisc show dev lo 2>/dev/null | awk '{print $2; exit}')"
-  echo "- CPU: ${CPU_MODEL:-unknown} ($(nproc) CPUs); proxy pinned to CPU 0, origin nginx + wrk to CPU 1"
+  echo "- CPU: ${CPU_MODEL:-unknown} ($(nproc) CPUs); proxy pinned to CPU 0, origin + wrk to CPU 1"
+  if [ "$ORIGIN" = lean ]; then
+    echo "- origin: lean (bench/origin: $ORIGIN_BIN), the same files and header set as nginx's"
+  else
+    echo "- origin: nginx $(nginx -v 2>&1 | sed 's/^nginx version: nginx\///') (as before session 24)"
+  fi
   if [ "$PROXY_QUOTA_US" != 0 ]; then
     echo "- **each proxy capped at $PROXY_CPU CPU** (cgroup $CG_KIND quota ${PROXY_QUOTA_US} µs per ${PROXY_CPU_PERIOD_US} µs): the proxy is the bottleneck, so req/s compares proxies per core"
   fi

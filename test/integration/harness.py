@@ -83,6 +83,11 @@ def tcp_relay_bin():
     return _find_bin("TCP_RELAY_BIN", "bench/tcp_relay")
 
 
+def origin_bin():
+    """Path of bench/origin (the benchmark's lean origin)."""
+    return _find_bin("ORIGIN_BIN", "bench/origin")
+
+
 def quickstart_config():
     """Path of configs/quickstart.yaml."""
     env = os.environ.get("RPX_QUICKSTART_CONFIG")
