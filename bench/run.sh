@@ -126,10 +126,21 @@ KNOWN_PROXIES="$ALL_PROXIES rpx-10kvh rpx-2w rpx-b haproxy-bp relay"
 for p in $PROXIES; do case " $KNOWN_PROXIES " in *" $p "*) ;; *) die "unknown proxy '$p' (known: $KNOWN_PROXIES)";; esac; done
 [[ "$RUNS" =~ ^[1-9][0-9]*$ ]] || die "RUNS must be a positive integer"
 case "$ORIGIN" in
-  lean) [ -x "$ORIGIN_BIN" ] || die "ORIGIN=lean needs $ORIGIN_BIN (bazel build //bench:origin, or set ORIGIN_BIN; ORIGIN=nginx uses nginx instead)" ;;
+  lean)
+    if [ ! -x "$ORIGIN_BIN" ] && [ "$ORIGIN_BIN" = "$ROOT/bazel-bin/bench/origin" ] && command -v bazel >/dev/null; then
+      log "building the lean origin: bazel build //bench:origin"
+      (cd "$ROOT" && bazel build //bench:origin >&2) || die "bazel build //bench:origin failed"
+    fi
+    [ -x "$ORIGIN_BIN" ] || die "ORIGIN=lean needs $ORIGIN_BIN (bazel build //bench:origin, or set ORIGIN_BIN; ORIGIN=nginx uses nginx instead)" ;;
   nginx) ;;
   *) die "ORIGIN must be lean or nginx (got '$ORIGIN')" ;;
 esac
+# A sanitizer build would measure the sanitizer: .ci/run leaves bazel-bin holding the ASan build.
+for b in "$RPX_BIN" "$([ "$ORIGIN" = lean ] && echo "$ORIGIN_BIN")"; do
+  if [ -n "$b" ] && [ -f "$b" ] && grep -q __asan_init "$b"; then
+    die "$b is built with AddressSanitizer (bazel-bin after .ci/run holds the ASan build): bazel build //source/exe:rpx //bench:origin"
+  fi
+done
 [[ "$PROXY_CPU" =~ ^([0-9]+\.?[0-9]*|\.[0-9]+)$ ]] || die "PROXY_CPU must be a number of CPUs, e.g. 0.5 (got '$PROXY_CPU')"
 [[ "$PROXY_CPU_PERIOD_US" =~ ^[0-9]+$ ]] && [ "$PROXY_CPU_PERIOD_US" -ge 1000 ] && [ "$PROXY_CPU_PERIOD_US" -le 1000000 ] ||
   die "PROXY_CPU_PERIOD_US must be 1000..1000000 (got '$PROXY_CPU_PERIOD_US')"

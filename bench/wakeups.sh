@@ -3,8 +3,8 @@
 #
 #   bash bench/wakeups.sh [CONNS] [SECONDS] [PROXY ...]      # default: 50 20 rpx haproxy
 #
-# Each proxy runs alone (CPU 0; origin nginx and wrk on CPU 1, as in bench/run.sh) for SECONDS;
-# over its middle (SECONDS - 6 s) this prints req/s, busy µs per request of CPU 0 and of CPU 1,
+# Each proxy runs alone (CPU 0; origin nginx and wrk on CPU 1: bench/run.sh's layout with
+# ORIGIN=nginx) for SECONDS; over its middle (SECONDS - 6 s) this prints req/s, busy µs per request of CPU 0 and of CPU 1,
 # and per request: context switches and rescheduling interrupts of each CPU, the wakeups each CPU
 # performed (CPU 0's are the proxy waking wrk and the origin), all syscalls (raw_syscalls; CPU 0's
 # are the proxy's), the socket, polling and connection syscalls (epoll_wait, io_uring_enter,
