@@ -10,7 +10,7 @@ import time
 import unittest
 
 from harness import (IntegrationTestCase, curl, curl_multi, det_bytes, free_port, make_tmpdir,
-                     origin_bin, port_is_listening, remove_tmpdir, sha256, wait_until)
+                     origin_bin, remove_tmpdir, sha256)
 
 SMALL = b"Hello from the bench origin!\n"
 PAGE = b"<html><body>" + b"x" * 16000 + b"</body></html>\n"
@@ -53,18 +53,9 @@ class BenchOriginTest(IntegrationTestCase):
 
     def start_origin(self, nports=1):
         ports = [free_port() for _ in range(nports)]
-        proc = subprocess.Popen([origin_bin(), self.root] + [str(p) for p in ports],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        self.addCleanup(self._stop, proc)
-        for p in ports:
-            wait_until(lambda: port_is_listening(p), what="origin listening on %d" % p)
+        proc = self.start_listening_process([origin_bin(), self.root] + [str(p) for p in ports],
+                                            ports, "origin")
         return ports, proc
-
-    @staticmethod
-    def _stop(proc):
-        if proc.poll() is None:
-            proc.kill()
-        proc.communicate(timeout=5)
 
     def connect(self, port):
         s = socket.create_connection(("127.0.0.1", port), timeout=10)
@@ -226,13 +217,9 @@ http {
   server { listen 127.0.0.1:%(p)d; root %(r)s; }
 }
 """ % {"d": conf_dir, "p": nport, "r": self.root})
-        proc = subprocess.Popen([nginx, "-p", conf_dir, "-c", os.path.join(conf_dir, "nginx.conf"),
-                                 "-e", "stderr"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        self.addCleanup(self._stop, proc)
-        wait_until(lambda: port_is_listening(nport) or proc.poll() is not None,
-                   what="nginx listening on %d" % nport)
-        if proc.poll() is not None:
-            self.fail("nginx exited: %r" % (proc.communicate()[1],))
+        self.start_listening_process(
+            [nginx, "-p", conf_dir, "-c", os.path.join(conf_dir, "nginx.conf"), "-e", "stderr"],
+            [nport], "nginx")
         for path in ("/small.txt", "/page.html", "/big.bin"):
             for extra in ("", "Connection: close\r\n"):
                 heads = []

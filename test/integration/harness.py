@@ -1676,6 +1676,12 @@ def http_request(method, path, host="localhost", headers=(), body=None):
 # Test base class
 # ---------------------------------------------------------------------------------------------
 
+def _kill_and_reap(proc):
+    if proc.poll() is None:
+        proc.kill()
+    proc.communicate(timeout=5)
+
+
 class IntegrationTestCase(unittest.TestCase):
     """Starts servers with cleanups registered, so tearDown always stops them (by PID for rpx).
     A crash of rpx during a test makes the test fail."""
@@ -1716,6 +1722,19 @@ class IntegrationTestCase(unittest.TestCase):
             xds.write_resources(name, **lists)
         xds.start()
         return xds
+
+    def start_listening_process(self, argv, ports, what):
+        """Starts a helper binary (bench/tcp_relay, bench/origin) and waits until it listens on
+        every port in `ports`; killed by PID at cleanup. Returns the Popen."""
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.addCleanup(_kill_and_reap, proc)
+        for port in ports:
+            wait_until(lambda: port_is_listening(port) or proc.poll() is not None,
+                       what="%s listening on %d" % (what, port))
+            if proc.poll() is not None:
+                raise AssertionError("%s exited with %d: %r" % (what, proc.returncode,
+                                                                proc.communicate()[1]))
+        return proc
 
     def raw_client(self, port, timeout=10.0):
         c = RawClient(port, timeout)

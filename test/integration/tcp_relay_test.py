@@ -9,24 +9,16 @@ import time
 import unittest
 
 from harness import (IntegrationTestCase, curl, curl_multi, det_bytes, free_port, sha256,
-                     tcp_relay_bin, wait_until, port_is_listening)
+                     tcp_relay_bin, wait_until)
 
 
 class TcpRelayTest(IntegrationTestCase):
 
     def start_relay(self, upstream_port):
         port = free_port()
-        proc = subprocess.Popen([tcp_relay_bin(), str(port), str(upstream_port)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        self.addCleanup(self._stop, proc)
-        wait_until(lambda: port_is_listening(port), what="tcp_relay listening on %d" % port)
+        proc = self.start_listening_process([tcp_relay_bin(), str(port), str(upstream_port)],
+                                            [port], "tcp_relay")
         return port, proc
-
-    @staticmethod
-    def _stop(proc):
-        if proc.poll() is None:
-            proc.kill()
-        proc.communicate(timeout=5)
 
     @staticmethod
     def open_fds(proc):
