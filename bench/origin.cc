@@ -44,14 +44,20 @@ constexpr size_t kMaxHead = 16 * 1024;
 constexpr off_t kSendfileAbove = 256 * 1024;
 constexpr size_t kDateLen = 29;  // "Sat, 05 Dec 2026 17:15:57 GMT"
 
-// One file's two prebuilt responses (keep-alive and close). Date sits at date_off in each head.
+// Every response head starts with this, so Date sits at the same offset in all of them.
+constexpr char kHeadStart[] = "HTTP/1.1 200 OK\r\nServer: bench-origin\r\nDate: ";
+constexpr size_t kDateOff = sizeof(kHeadStart) - 1;
+
+// A prebuilt response: the head, then the body unless the file is sent with sendfile.
+struct Prebuilt {
+  std::string bytes;
+  size_t head_len = 0;
+};
+
+// One file's two prebuilt responses (keep-alive and close).
 struct File {
-  std::string keep_alive;  // head, then the body unless the file is sent with sendfile
-  std::string close;
-  size_t keep_alive_head = 0;  // head length of each
-  size_t close_head = 0;
-  size_t date_off_keep_alive = 0;
-  size_t date_off_close = 0;
+  Prebuilt keep_alive;
+  Prebuilt close;
   int fd = -1;  // >= 0: the body goes out with sendfile
   off_t size = 0;
 };
@@ -92,10 +98,8 @@ std::string ContentType(const std::string& name) {
 }
 
 // nginx 1.22's header set for a static file, in its order.
-std::string Head(const std::string& name, const struct stat& st, const char* connection,
-                 size_t* date_off) {
-  std::string h = "HTTP/1.1 200 OK\r\nServer: bench-origin\r\nDate: ";
-  *date_off = h.size();
+Prebuilt Head(const std::string& name, const struct stat& st, const char* connection) {
+  std::string h = kHeadStart;
   h += HttpDate(time(nullptr));
   char etag[64];
   snprintf(etag, sizeof(etag), "\"%lx-%lx\"", static_cast<unsigned long>(st.st_mtime),
@@ -104,7 +108,7 @@ std::string Head(const std::string& name, const struct stat& st, const char* con
        "\r\nContent-Length: " + std::to_string(st.st_size) +
        "\r\nLast-Modified: " + HttpDate(st.st_mtime) + "\r\nConnection: " + connection +
        "\r\nETag: " + etag + "\r\nAccept-Ranges: bytes\r\n\r\n";
-  return h;
+  return Prebuilt{h, h.size()};
 }
 
 void LoadFiles(const char* root) {
@@ -124,10 +128,8 @@ void LoadFiles(const char* root) {
     }
     File f;
     f.size = st.st_size;
-    f.keep_alive = Head(e->d_name, st, "keep-alive", &f.date_off_keep_alive);
-    f.close = Head(e->d_name, st, "close", &f.date_off_close);
-    f.keep_alive_head = f.keep_alive.size();
-    f.close_head = f.close.size();
+    f.keep_alive = Head(e->d_name, st, "keep-alive");
+    f.close = Head(e->d_name, st, "close");
     if (st.st_size > kSendfileAbove) {
       f.fd = fd;
     } else {
@@ -137,8 +139,8 @@ void LoadFiles(const char* root) {
         exit(1);
       }
       close(fd);
-      f.keep_alive += body;
-      f.close += body;
+      f.keep_alive.bytes += body;
+      f.close.bytes += body;
     }
     g_files.emplace(std::string("/") + e->d_name, std::move(f));
   }
@@ -154,8 +156,8 @@ void RefreshDate() {
   std::string date = HttpDate(ts.tv_sec);
   if (date.size() != kDateLen) return;  // a year past 9999: keep the old date
   for (auto& [name, f] : g_files) {
-    memcpy(f.keep_alive.data() + f.date_off_keep_alive, date.data(), kDateLen);
-    memcpy(f.close.data() + f.date_off_close, date.data(), kDateLen);
+    memcpy(f.keep_alive.bytes.data() + kDateOff, date.data(), kDateLen);
+    memcpy(f.close.bytes.data() + kDateOff, date.data(), kDateLen);
   }
 }
 
@@ -262,9 +264,8 @@ void Answer(Conn& c) {
       break;
     }
     const File& f = it->second;
-    const std::string& r = keep_alive ? f.keep_alive : f.close;
-    size_t head_len = keep_alive ? f.keep_alive_head : f.close_head;
-    c.out.append(r, 0, head_only ? head_len : r.size());
+    const Prebuilt& r = keep_alive ? f.keep_alive : f.close;
+    c.out.append(r.bytes, 0, head_only ? r.head_len : r.bytes.size());
     if (!head_only && f.fd >= 0) {
       c.file_fd = f.fd;
       c.file_off = 0;
