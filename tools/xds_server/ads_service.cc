@@ -21,6 +21,10 @@
 //   ACK node=<id> type=LDS version=<v> nonce=<n>
 //   NACK node=<id> type=LDS version=<v> nonce=<n> error=<message>
 //   stale node=<id> type=LDS nonce=<n> expected=<n>  (SotW request for an older response)
+//   request node=<id> type=LDS nonce=<n> names=<names>             (every SotW request, as sent)
+//   request node=<id> type=LDS nonce=<n> subscribe=<names> unsubscribe=<names>   (every delta one)
+//   subscribe node=<id> type=LDS names=<names>      (names the stream's subscription gained; "*":
+//   unsubscribe node=<id> type=LDS names=<names>     wildcard) and lost, after each request
 //   ignored node=<id> type_url=<url>                 (a type this server does not serve; once)
 //   stream closed node=<id>
 // In SotW, ACK/NACK's version is the request's version_info (for a NACK: the version the client
@@ -29,6 +33,11 @@
 //
 // Nonces count per stream ("1", "2", ...): they only need to be unique within a stream, and a
 // counter keeps runs reproducible.
+//
+// Wildcard (LDS and CDS only): "*" among the names, or the legacy form, an empty list in the
+// type's first request (SotW: and in later ones while it stays wildcard). After a SotW stream
+// named resources without "*", an empty list unsubscribes from all of them (it is not a
+// wildcard). An empty first request for RDS or EDS subscribes to nothing.
 //
 // SotW, per type:
 // - Requests that answer an older nonce than the last one sent for the type are ignored whole,
@@ -76,6 +85,28 @@ std::string OneLine(const std::string& s) {
   return absl::StrReplaceAll(s, {{"\r\n", " "}, {"\n", " "}, {"\r", " "}});
 }
 
+std::string Names(const google::protobuf::RepeatedPtrField<std::string>& names) {
+  return OneLine(absl::StrJoin(names, ","));
+}
+
+// Logs what a stream's subscription to `type` gained and lost ("*" standing for wildcard).
+void LogSubscriptionChange(const LogFn& log, const std::string& node_id, ResourceType type,
+                           bool was_wildcard, const std::set<std::string>& was, bool wildcard,
+                           const std::set<std::string>& now) {
+  std::vector<std::string> gained, lost;
+  if (wildcard && !was_wildcard) gained.push_back("*");
+  if (was_wildcard && !wildcard) lost.push_back("*");
+  for (const std::string& n : now) {
+    if (was.count(n) == 0) gained.push_back(n);
+  }
+  for (const std::string& n : was) {
+    if (now.count(n) == 0) lost.push_back(n);
+  }
+  std::string common = absl::StrCat(" node=", node_id, " type=", ShortTypeName(type), " names=");
+  if (!gained.empty()) log(absl::StrCat("subscribe", common, OneLine(absl::StrJoin(gained, ","))));
+  if (!lost.empty()) log(absl::StrCat("unsubscribe", common, OneLine(absl::StrJoin(lost, ","))));
+}
+
 void PackResource(ResourceType type, const Resource& r, google::protobuf::Any* any) {
   any->set_type_url(TypeUrl(type));
   any->set_value(r.bytes);
@@ -107,6 +138,8 @@ class SotwSession {
       return;
     }
     TypeState& st = types_[static_cast<int>(type)];
+    log_(absl::StrCat("request node=", node_id_, " type=", ShortTypeName(type), " nonce=",
+                      OneLine(req.response_nonce()), " names=", Names(req.resource_names())));
     // Nothing sent yet: any nonce is accepted (it may answer a previous server instance).
     if (!st.last_nonce.empty()) {
       if (req.response_nonce() != st.last_nonce) {
@@ -123,10 +156,16 @@ class SotwSession {
         log_(absl::StrCat("ACK", common));
       }
     }
+    std::set<std::string> names(req.resource_names().begin(), req.resource_names().end());
+    bool wildcard = false;
+    if (IsWildcardCapable(type)) {
+      // The legacy wildcard (an empty list) lasts while the lists stay empty.
+      wildcard = names.erase("*") > 0 || (names.empty() && (!st.subscribed || st.wildcard));
+    }
+    LogSubscriptionChange(log_, node_id_, type, st.wildcard, st.names, wildcard, names);
     st.subscribed = true;
-    st.names.clear();
-    st.names.insert(req.resource_names().begin(), req.resource_names().end());
-    st.wildcard = IsWildcardCapable(type) && (st.names.empty() || st.names.count("*") > 0);
+    st.names = std::move(names);
+    st.wildcard = wildcard;
     Respond(type, snapshot, out);
   }
 
@@ -234,6 +273,12 @@ class DeltaSession {
       }
     }
 
+    log_(absl::StrCat("request node=", node_id_, " type=", ShortTypeName(type),
+                      " nonce=", OneLine(req.response_nonce()),
+                      " subscribe=", Names(req.resource_names_subscribe()),
+                      " unsubscribe=", Names(req.resource_names_unsubscribe())));
+    bool was_wildcard = st.wildcard;
+    std::set<std::string> was = st.names;
     bool wildcard_capable = IsWildcardCapable(type);
     if (!st.subscribed && wildcard_capable && req.resource_names_subscribe().empty()) {
       st.wildcard = true;  // Legacy wildcard: an empty first subscription.
@@ -256,6 +301,7 @@ class DeltaSession {
       // a wildcard it keeps the resource.
       if (!st.wildcard) st.known.erase(name);
     }
+    LogSubscriptionChange(log_, node_id_, type, was_wildcard, was, st.wildcard, st.names);
     for (const auto& [name, version] : req.initial_resource_versions()) st.known[name] = version;
     Respond(type, snapshot, out);
   }

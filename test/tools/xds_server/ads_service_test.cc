@@ -500,6 +500,77 @@ TEST_F(AdsServiceTest, ABrokenFileKeepsServingThePreviousVersion) {
   EXPECT_THAT(Names(*resp), ElementsAre("c1"));
 }
 
+TEST_F(AdsServiceTest, SotwSubscriptionChangesAndEveryRequestAreLogged) {
+  StartServer();
+  auto stream = OpenSotw();
+  stream->Send(Sotw(kRds, {"r1", "r2"}, "", "", "node-s"));
+  auto resp = stream->Next();
+  ASSERT_TRUE(resp);
+  EXPECT_TRUE(log_.WaitFor("request node=node-s type=RDS nonce= names=r1,r2"));
+  EXPECT_TRUE(log_.WaitFor("subscribe node=node-s type=RDS names=r1,r2"));
+
+  stream->Send(Sotw(kRds, {"r2"}, "1", resp->nonce()));
+  resp = stream->Next();
+  ASSERT_TRUE(resp);
+  EXPECT_THAT(Names(*resp), ElementsAre("r2"));
+  EXPECT_TRUE(log_.WaitFor("unsubscribe node=node-s type=RDS names=r1")) << log_.All();
+
+  // After names were sent, an empty list unsubscribes from all of them: nothing is pushed, and
+  // a later change of a route the stream once had is not pushed either.
+  stream->Send(Sotw(kRds, {}, "1", resp->nonce()));
+  EXPECT_TRUE(log_.WaitFor("request node=node-s type=RDS nonce=2 names=")) << log_.All();
+  EXPECT_TRUE(log_.WaitFor("unsubscribe node=node-s type=RDS names=r2")) << log_.All();
+  EXPECT_FALSE(stream->Next(kQuiet));
+  Change("routes.yaml", "routes: [{name: r1}, {name: r2, virtual_hosts: [{name: v}]}]\n", "2");
+  EXPECT_FALSE(stream->Next(kQuiet));
+}
+
+TEST_F(AdsServiceTest, SotwLegacyWildcardOnlyForAnEmptyFirstListenerOrClusterRequest) {
+  StartServer();
+  auto stream = OpenSotw();
+  // An empty first RDS request subscribes to nothing (RDS has no wildcard).
+  stream->Send(Sotw(kRds, {}, "", "", "node-l"));
+  // An empty first CDS request is the legacy wildcard.
+  stream->Send(Sotw(kCds));
+  auto resp = stream->Next();
+  ASSERT_TRUE(resp);
+  EXPECT_EQ(resp->type_url(), kCds);
+  EXPECT_THAT(Names(*resp), ElementsAre("c1", "c2"));
+  EXPECT_TRUE(log_.WaitFor("subscribe node=node-l type=CDS names=*"));
+  EXPECT_FALSE(stream->Next(kQuiet));
+  EXPECT_EQ(log_.All().find("subscribe node=node-l type=RDS"), std::string::npos) << log_.All();
+
+  // Naming clusters leaves the wildcard; an empty list after that unsubscribes from all.
+  stream->Send(Sotw(kCds, {"c1"}, "1", resp->nonce()));
+  resp = stream->Next();
+  ASSERT_TRUE(resp);
+  EXPECT_THAT(Names(*resp), ElementsAre("c1"));
+  EXPECT_TRUE(log_.WaitFor("unsubscribe node=node-l type=CDS names=*")) << log_.All();
+  stream->Send(Sotw(kCds, {}, "1", resp->nonce()));
+  EXPECT_TRUE(log_.WaitFor("unsubscribe node=node-l type=CDS names=c1")) << log_.All();
+  resp = stream->Next();  // the (empty) full set: absence deletes for CDS
+  ASSERT_TRUE(resp);
+  EXPECT_THAT(Names(*resp), ElementsAre());
+}
+
+TEST_F(AdsServiceTest, DeltaSubscriptionChangesAreLogged) {
+  StartServer();
+  auto stream = OpenDelta();
+  stream->Send(Delta(kEds, {"c1", "c2"}, "", "node-d"));
+  auto resp = stream->Next();
+  ASSERT_TRUE(resp);
+  EXPECT_TRUE(log_.WaitFor("request node=node-d type=EDS nonce= subscribe=c1,c2 unsubscribe="));
+  EXPECT_TRUE(log_.WaitFor("subscribe node=node-d type=EDS names=c1,c2"));
+  DeltaDiscoveryRequest unsub = Delta(kEds, {}, resp->nonce());
+  unsub.add_resource_names_unsubscribe("c1");
+  unsub.add_resource_names_unsubscribe("c2");
+  stream->Send(unsub);
+  EXPECT_TRUE(log_.WaitFor("request node=node-d type=EDS nonce=1 subscribe= unsubscribe=c1,c2"))
+      << log_.All();
+  EXPECT_TRUE(log_.WaitFor("unsubscribe node=node-d type=EDS names=c1,c2")) << log_.All();
+  EXPECT_FALSE(stream->Next(kQuiet));
+}
+
 TEST_F(AdsServiceTest, DeltaSubscribeChangeAndRemove) {
   StartServer();
   auto stream = OpenDelta();
