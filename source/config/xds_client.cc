@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "source/common/assert.h"
 #include "source/common/logger.h"
 
 namespace rpx {
@@ -87,15 +88,8 @@ XdsClient::XdsClient(Dispatcher& main, XdsClientOptions options, XdsApplier& app
 XdsClient::~XdsClient() { Stop(); }
 
 void XdsClient::Start(bool lds, bool cds) {
-  // Envoy's order: clusters (and their endpoints) before listeners (and their routes).
-  if (cds) {
-    types_[kClusterType].subscribed = true;
-    types_[kClusterType].wildcard = true;
-  }
-  if (lds) {
-    types_[kListenerType].subscribed = true;
-    types_[kListenerType].wildcard = true;
-  }
+  if (cds) types_[kClusterType].wildcard = true;
+  if (lds) types_[kListenerType].wildcard = true;
   thread_ = std::thread([this] { StreamLoop(); });
 }
 
@@ -186,10 +180,11 @@ void XdsClient::OnConnected(uint64_t generation) {
   connected_ = true;
   ++reconnects_;
   applier_.OnStreamState(true);
-  // (Re)subscribe every type, CDS first.
+  // (Re)subscribe in Envoy's order: clusters and their endpoints before listeners and their
+  // routes. Types with nothing to ask for send nothing (SendRequest).
   for (const char* t : {kClusterType, kEndpointType, kListenerType, kRouteType}) {
     auto it = types_.find(t);
-    if (it == types_.end() || !it->second.subscribed) continue;
+    if (it == types_.end()) continue;
     it->second.nonce.clear();
     it->second.sent_names.clear();
     it->second.initial_sent = false;
@@ -204,10 +199,9 @@ void XdsClient::OnDisconnected(uint64_t generation) {
 }
 
 void XdsClient::SetNames(const std::string& type_url, const std::set<std::string>& names) {
+  RPX_ASSERT(!IsWildcardType(type_url));
   TypeState& st = types_[type_url];
-  if (st.subscribed && st.names == names) return;
-  bool was_subscribed = st.subscribed;
-  st.subscribed = !names.empty() || was_subscribed;
+  if (st.names == names) return;
   st.names = names;
   // Resources no longer named are forgotten (Envoy drops RDS/EDS resources nobody references).
   for (auto it = st.resources.begin(); it != st.resources.end();) {
@@ -234,15 +228,18 @@ void XdsClient::WriteDelta(const DeltaDiscoveryRequest& r) {
 
 void XdsClient::SendRequest(const std::string& type_url, const std::string& error) {
   TypeState& st = types_[type_url];
+  // Nothing named and nothing asked on this stream yet: an empty request now would be read as a
+  // wildcard subscription.
+  if (!st.subscribed() && !st.initial_sent) return;
   if (!options_.delta) {
     DiscoveryRequest r;
     r.set_version_info(st.version);
-    *r.mutable_node() = options_.node;
+    *r.mutable_node() = options_.node;  // on every request, as Envoy does by default
+    st.initial_sent = true;
     r.set_type_url(type_url);
     r.set_response_nonce(st.nonce);
-    if (!st.wildcard) {
-      for (const auto& n : st.names) r.add_resource_names(n);
-    }
+    // Empty only after names were sent on this stream: then it unsubscribes from all of them.
+    for (const auto& n : st.names) r.add_resource_names(n);
     if (!error.empty()) {
       r.mutable_error_detail()->set_code(3);  // INVALID_ARGUMENT
       r.mutable_error_detail()->set_message(error);
@@ -257,22 +254,19 @@ void XdsClient::SendRequest(const std::string& type_url, const std::string& erro
   if (!st.initial_sent) {
     // First request of this type on this stream: the whole subscription, and what we have.
     st.initial_sent = true;
-    if (!st.wildcard) {
-      for (const auto& n : st.names) r.add_resource_names_subscribe(n);
-    }
+    for (const auto& n : st.names) r.add_resource_names_subscribe(n);
     for (const auto& [name, res] : st.resources) {
       (*r.mutable_initial_resource_versions())[name] = res.version;
     }
-    st.sent_names = st.names;
-  } else if (!st.wildcard) {
+  } else {
     for (const auto& n : st.names) {
       if (!st.sent_names.count(n)) r.add_resource_names_subscribe(n);
     }
     for (const auto& n : st.sent_names) {
       if (!st.names.count(n)) r.add_resource_names_unsubscribe(n);
     }
-    st.sent_names = st.names;
   }
+  st.sent_names = st.names;
   if (!error.empty()) {
     r.mutable_error_detail()->set_code(3);
     r.mutable_error_detail()->set_message(error);
@@ -301,12 +295,15 @@ void XdsClient::Finish(const std::string& type_url, const std::string& version,
 }
 
 XdsClient::TypeState* XdsClient::StateFor(uint64_t generation, int64_t received_ns,
-                                          const std::string& type_url) {
+                                          const std::string& type_url, const std::string& nonce) {
   if (generation != generation_) return nullptr;  // from a stream that has since closed
   current_received_ns_ = received_ns;
   auto it = types_.find(type_url);
-  if (it == types_.end() || !it->second.subscribed) {
-    RPX_LOG(kWarn, "xDS: ignoring a response for unrequested type %s", type_url);
+  if (it == types_.end() || !it->second.subscribed()) {
+    // E.g. an answer that crossed our unsubscribe. Its nonce still answers it in the type's next
+    // request, so a server that drops requests with stale nonces does not drop that one.
+    if (it != types_.end()) it->second.nonce = nonce;
+    RPX_LOG(kInfo, "xDS: ignoring a response for %s, which nothing names now", ShortType(type_url));
     return nullptr;
   }
   return &it->second;
@@ -324,7 +321,7 @@ static std::string CheckName(const std::string& name, std::set<std::string>* see
 void XdsClient::OnSotwResponse(uint64_t generation, int64_t received_ns,
                                std::shared_ptr<DiscoveryResponse> r) {
   const std::string& type_url = r->type_url();
-  TypeState* state = StateFor(generation, received_ns, type_url);
+  TypeState* state = StateFor(generation, received_ns, type_url, r->nonce());
   if (!state) return;
   TypeState& st = *state;
   XdsResourceMap candidate;
@@ -349,7 +346,7 @@ void XdsClient::OnSotwResponse(uint64_t generation, int64_t received_ns,
 void XdsClient::OnDeltaResponse(uint64_t generation, int64_t received_ns,
                                 std::shared_ptr<DeltaDiscoveryResponse> r) {
   const std::string& type_url = r->type_url();
-  TypeState* state = StateFor(generation, received_ns, type_url);
+  TypeState* state = StateFor(generation, received_ns, type_url, r->nonce());
   if (!state) return;
   TypeState& st = *state;
   XdsResourceMap candidate = st.resources;

@@ -1,5 +1,12 @@
 // XdsClient: one ADS stream to a control plane, state of the world or delta, as Envoy speaks it.
 //
+// Subscriptions, as Envoy makes them: Listener and Cluster are wildcard when Start() asks for
+// them; RouteConfiguration and ClusterLoadAssignment ask for exactly the names SetNames() gives.
+// A type nobody names is never requested: an empty first request would be a (legacy) wildcard
+// subscription, and a control plane that honours it sends every route table or endpoint set it
+// has. When the last name of a type goes, SotW sends an empty list (after names were sent on the
+// stream, the protocol reads it as "unsubscribe from all") and delta sends the unsubscribes.
+//
 // Threads: a stream thread owns the gRPC stream and blocks in Read(); everything it receives is
 // posted to the main dispatcher, where all protocol state lives and where the Applier runs.
 // Requests are written from the main thread under a mutex (gRPC allows one reader and one writer
@@ -62,11 +69,12 @@ class XdsClient {
  public:
   XdsClient(Dispatcher& main, XdsClientOptions options, XdsApplier& applier);
   ~XdsClient();
-  // Subscribes to Listener and Cluster (wildcard) and starts the stream.
+  // Subscribes to Listener and Cluster (wildcard) as asked and starts the stream. Names set with
+  // SetNames() before Start() go into the stream's first requests.
   void Start(bool lds, bool cds);
   void Stop();
   // Main thread. Sets the names wanted for RouteConfiguration or ClusterLoadAssignment; resources
-  // no longer named are dropped (their state is forgotten).
+  // no longer named are dropped (their state is forgotten). An empty set unsubscribes the type.
   void SetNames(const std::string& type_url, const std::set<std::string>& names);
 
   // Introspection for /config_dump and tests (main thread).
@@ -83,18 +91,20 @@ class XdsClient {
 
  private:
   struct TypeState {
-    bool subscribed = false;
-    bool wildcard = false;
-    std::set<std::string> names;
-    std::string version;  // last accepted (SotW)
-    std::string nonce;    // last received
+    bool wildcard = false;        // Listener / Cluster, when asked for
+    std::set<std::string> names;  // RouteConfiguration / ClusterLoadAssignment
+    std::string version;          // last accepted (SotW)
+    std::string nonce;            // last received
     XdsResourceMap resources;
     std::set<std::string> sent_names;  // delta: names the server knows we want
-    bool initial_sent = false;         // delta: this stream already had our first request
+    bool initial_sent = false;         // this stream already had a request of this type
+    bool subscribed() const { return wildcard || !names.empty(); }
   };
   void StreamLoop();
-  // The state of `type_url` if this response is current and the type is subscribed, else null.
-  TypeState* StateFor(uint64_t generation, int64_t received_ns, const std::string& type_url);
+  // The state of `type_url` if this response is current and the type is subscribed, else null
+  // (the response is dropped; its nonce is kept for the type's next request).
+  TypeState* StateFor(uint64_t generation, int64_t received_ns, const std::string& type_url,
+                      const std::string& nonce);
   void OnConnected(uint64_t generation);
   void OnDisconnected(uint64_t generation);
   void OnSotwResponse(uint64_t generation, int64_t received_ns,
@@ -125,9 +135,8 @@ class XdsClient {
   std::unique_ptr<grpc::ClientReaderWriter<envoy::service::discovery::v3::DiscoveryRequest,
                                            envoy::service::discovery::v3::DiscoveryResponse>>
       sotw_;
-  std::unique_ptr<
-      grpc::ClientReaderWriter<envoy::service::discovery::v3::DeltaDiscoveryRequest,
-                               envoy::service::discovery::v3::DeltaDiscoveryResponse>>
+  std::unique_ptr<grpc::ClientReaderWriter<envoy::service::discovery::v3::DeltaDiscoveryRequest,
+                                           envoy::service::discovery::v3::DeltaDiscoveryResponse>>
       delta_;
   uint64_t stream_generation_ = 0;
   std::thread thread_;
