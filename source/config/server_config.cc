@@ -659,36 +659,34 @@ bool BuildServerConfig(const envoy::config::bootstrap::v3::Bootstrap& bootstrap,
     };
     check_source(dr.lds_config(), "dynamic_resources.lds_config", &x.lds);
     check_source(dr.cds_config(), "dynamic_resources.cds_config", &x.cds);
-    if (x.lds || x.cds) {
+    if (dr.has_ads_config()) {
       const ACS& ads = dr.ads_config();
       std::string ap = "dynamic_resources.ads_config";
-      if (!dr.has_ads_config()) {
-        b.Error(ap, "is required when lds_config or cds_config use ads");
-      } else {
-        switch (ads.api_type()) {
-          case ACS::GRPC:
-          case ACS::AGGREGATED_GRPC:
-            x.delta = false;
-            break;
-          case ACS::DELTA_GRPC:
-          case ACS::AGGREGATED_DELTA_GRPC:
-            x.delta = true;
-            break;
-          default:
-            b.Error(ap + ".api_type",
-                    "must be GRPC, DELTA_GRPC, AGGREGATED_GRPC or "
-                    "AGGREGATED_DELTA_GRPC");
-        }
-        if (ads.transport_api_version() != envoy::config::core::v3::V3) {
-          b.Error(ap + ".transport_api_version", "must be V3");
-        }
-        if (ads.grpc_services_size() != 1 || !ads.grpc_services(0).has_envoy_grpc()) {
-          b.Error(ap + ".grpc_services", "exactly one envoy_grpc service is required");
-        } else {
-          x.cluster = ads.grpc_services(0).envoy_grpc().cluster_name();
-        }
-        x.enabled = true;
+      switch (ads.api_type()) {
+        case ACS::GRPC:
+        case ACS::AGGREGATED_GRPC:
+          x.delta = false;
+          break;
+        case ACS::DELTA_GRPC:
+        case ACS::AGGREGATED_DELTA_GRPC:
+          x.delta = true;
+          break;
+        default:
+          b.Error(ap + ".api_type",
+                  "must be GRPC, DELTA_GRPC, AGGREGATED_GRPC or "
+                  "AGGREGATED_DELTA_GRPC");
       }
+      if (ads.transport_api_version() != envoy::config::core::v3::V3) {
+        b.Error(ap + ".transport_api_version", "must be V3");
+      }
+      if (ads.grpc_services_size() != 1 || !ads.grpc_services(0).has_envoy_grpc()) {
+        b.Error(ap + ".grpc_services", "exactly one envoy_grpc service is required");
+      } else {
+        x.cluster = ads.grpc_services(0).envoy_grpc().cluster_name();
+      }
+      x.has_ads_config = true;
+    } else if (x.lds || x.cds) {
+      b.Error("dynamic_resources.ads_config", "is required when lds_config or cds_config use ads");
     }
   }
   const auto& sr = bootstrap.static_resources();
@@ -698,6 +696,26 @@ bool BuildServerConfig(const envoy::config::bootstrap::v3::Bootstrap& bootstrap,
   for (int i = 0; i < sr.listeners_size(); ++i) {
     b.BuildListener(sr.listeners(i), absl::StrCat("static_resources.listeners[", i, "]"), out);
   }
+  // The ADS stream runs when something takes its configuration from it: LDS, CDS, a static
+  // listener's RDS or a static cluster's EDS.
+  std::vector<std::string> ads_users;  // "field path: what"
+  for (const auto& l : out->listeners) {
+    if (!l->rds_name.empty()) ads_users.push_back(l->route_config_path + ".rds: RDS");
+  }
+  for (int i = 0; i < sr.clusters_size(); ++i) {
+    if (sr.clusters(i).type() == envoy::config::cluster::v3::Cluster::EDS) {
+      ads_users.push_back(
+          absl::StrCat("static_resources.clusters[", i, "].eds_cluster_config: EDS"));
+    }
+  }
+  if (!out->xds.has_ads_config) {
+    for (const auto& user : ads_users) {
+      errors->push_back(
+          absl::StrCat(options.source, ": ", user, " needs dynamic_resources.ads_config"));
+    }
+  }
+  out->xds.enabled =
+      out->xds.has_ads_config && (out->xds.lds || out->xds.cds || !ads_users.empty());
   if (out->xds.enabled) {
     auto it = out->clusters.find(out->xds.cluster);
     if (it == out->clusters.end()) {
@@ -710,15 +728,13 @@ bool BuildServerConfig(const envoy::config::bootstrap::v3::Bootstrap& bootstrap,
               absl::StrCat("cluster '", out->xds.cluster,
                            "' must enable HTTP/2 (explicit_http_config.http2_protocol_options), "
                            "as Envoy requires for gRPC"));
+    } else if (it->second.info->eds) {
+      b.Error("dynamic_resources.ads_config",
+              absl::StrCat("cluster '", out->xds.cluster,
+                           "' is the xDS cluster, so its endpoints cannot come from EDS"));
     } else if (!it->second.hosts || it->second.hosts->empty()) {
       b.Error("dynamic_resources.ads_config",
               absl::StrCat("cluster '", out->xds.cluster, "' has no endpoints"));
-    }
-  }
-  for (const auto& l : out->listeners) {
-    if (!l->rds_name.empty() && !out->xds.enabled) {
-      errors->push_back(absl::StrCat(options.source, ": ", l->route_config_path,
-                                     ".rds: RDS needs dynamic_resources.ads_config"));
     }
   }
   for (const auto& [name, entry] : out->clusters) {

@@ -64,11 +64,12 @@ struct ListenerConfig {
 
 // dynamic_resources: where the ADS stream goes and how it talks.
 struct XdsConfig {
-  bool enabled = false;
-  std::string cluster;  // static cluster named by ads_config.grpc_services[0].envoy_grpc
-  bool delta = false;   // DELTA_GRPC / AGGREGATED_DELTA_GRPC
-  bool lds = false;     // lds_config is ADS
-  bool cds = false;     // cds_config is ADS
+  bool enabled = false;         // an ADS stream runs (ads_config, and something that uses it)
+  bool has_ads_config = false;  // dynamic_resources.ads_config is set
+  std::string cluster;          // static cluster named by ads_config.grpc_services[0].envoy_grpc
+  bool delta = false;           // DELTA_GRPC / AGGREGATED_DELTA_GRPC
+  bool lds = false;             // lds_config is ADS
+  bool cds = false;             // cds_config is ADS
   uint64_t initial_fetch_timeout_ms = 15000;
 };
 

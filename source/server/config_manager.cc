@@ -94,6 +94,9 @@ ConfigManager::ConfigManager(Dispatcher& main, std::vector<std::unique_ptr<Worke
       concurrency_(concurrency),
       drain_ms_(drain_ms) {
   static_clusters_ = config_.clusters;
+  for (const auto& [name, c] : static_clusters_) {
+    if (c.info->eds) static_eds_waiting_.insert(name);
+  }
   if (config_.xds.enabled) {
     init_timer_ = main_.CreateTimer([this] {
       if (!initialized()) RPX_LOG(kWarn, "xDS: initial fetch timed out; serving what has arrived");
@@ -161,6 +164,12 @@ bool ConfigManager::StartStatic(std::string* error) {
   RebuildListenerList();
   RefreshRdsNames();
   return true;
+}
+
+void ConfigManager::AttachXds(XdsClient* xds) {
+  xds_ = xds;
+  RefreshEdsNames();
+  RefreshRdsNames();
 }
 
 std::string ConfigManager::Apply(const std::string& type_url, const XdsResourceMap& resources,
@@ -312,6 +321,16 @@ std::string ConfigManager::ApplyEndpoints(const XdsResourceMap& resources,
     d.serving = d.entry;
     d.has_serving = true;
   }
+  for (auto& [name, c] : static_clusters_) {
+    if (!c.info->eds) continue;
+    auto ep = endpoints_.find(c.info->eds_service_name);
+    if (ep != endpoints_.end()) {
+      c.hosts = ep->second.hosts;  // same ClusterInfo: workers keep pools of hosts that stay
+      static_eds_waiting_.erase(name);
+    } else if (!static_eds_waiting_.count(name)) {
+      c.hosts = std::make_shared<const HostSet>();  // removed (delta)
+    }
+  }
   PublishClusters();
   return "";
 }
@@ -344,6 +363,9 @@ void ConfigManager::UpdateStaticHosts(const std::string& cluster,
 void ConfigManager::RefreshEdsNames() {
   if (!xds_) return;
   std::set<std::string> names;
+  for (const auto& [name, c] : static_clusters_) {
+    if (c.info->eds) names.insert(c.info->eds_service_name);
+  }
   for (const auto& [name, d] : clusters_) {
     if (d.entry.info->eds) names.insert(d.entry.info->eds_service_name);
   }
@@ -687,6 +709,7 @@ bool ConfigManager::initialized() const {
   if (init_timed_out_) return true;
   if (config_.xds.cds && !cds_applied_) return false;
   if (config_.xds.lds && !lds_applied_) return false;
+  if (!static_eds_waiting_.empty()) return false;
   for (const auto& [name, d] : clusters_) {
     if (!d.warm) return false;
   }

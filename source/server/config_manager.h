@@ -16,6 +16,7 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -36,7 +37,10 @@ class ConfigManager : public XdsApplier {
 
   // Opens the static listeners' sockets and hands them to the workers. False on a bind error.
   bool StartStatic(std::string* error);
-  void set_xds(XdsClient* xds) { xds_ = xds; }
+  // Connects the manager to its xDS client before the client starts, and gives the client the
+  // route and endpoint names the static listeners and clusters already reference (so its first
+  // requests ask for them).
+  void AttachXds(XdsClient* xds);
   // A static STRICT_DNS cluster was re-resolved.
   void UpdateStaticHosts(const std::string& cluster, std::shared_ptr<const HostSet> hosts);
 
@@ -45,8 +49,8 @@ class ConfigManager : public XdsApplier {
                     const std::string& version) override;
   void OnStreamState(bool connected) override { connected_ = connected; }
 
-  // True once the first CDS and LDS answers were applied and nothing is warming (or the initial
-  // fetch timeout passed): what /ready reports.
+  // True once the first CDS and LDS answers were applied, every static EDS cluster has its first
+  // endpoints, and nothing is warming (or the initial fetch timeout passed): what /ready reports.
   bool initialized() const;
   std::string ConfigDumpJson() const;
   uint64_t ignored_fields() const { return ignored_fields_; }
@@ -122,6 +126,8 @@ class ConfigManager : public XdsApplier {
   XdsClient* xds_ = nullptr;
   bool connected_ = false;
   ClusterMap static_clusters_;
+  // Static EDS clusters (by cluster name) whose first ClusterLoadAssignment has not arrived.
+  std::set<std::string> static_eds_waiting_;
   std::vector<std::shared_ptr<const ListenerConfig>> static_listeners_;
   std::map<std::string, DynCluster> clusters_;
   std::map<std::string, Endpoints> endpoints_;

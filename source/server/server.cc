@@ -156,7 +156,7 @@ int RunServer(const ServerOptions& options) {
     xo.node = bootstrap.node();
     xo.node.set_user_agent_name("rpx");
     xds = std::make_unique<XdsClient>(main_dispatcher, xo, *manager);
-    manager->set_xds(xds.get());
+    manager->AttachXds(xds.get());
     xds_client_ptr = xds.get();
     RPX_LOG(kInfo, "xDS: %s ADS to %s (cluster '%s')", xo.delta ? "delta" : "state-of-the-world",
             xo.target, config.xds.cluster);

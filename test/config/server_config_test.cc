@@ -346,6 +346,83 @@ eds_cluster_config: {eds_config: {ads: {}, resource_api_version: V3}, service_na
   EXPECT_TRUE(entry.hosts->empty());
 }
 
+// What makes the ADS stream run: LDS, CDS, or only a static listener's RDS or a static
+// cluster's EDS; each of those without ads_config is an error naming the field.
+TEST(ServerConfigTest, StaticRdsAndEdsUseTheAdsStream) {
+  constexpr char kAdsConfig[] = R"(dynamic_resources:
+  ads_config:
+    api_type: GRPC
+    transport_api_version: V3
+    grpc_services: [{envoy_grpc: {cluster_name: xds}}]
+static_resources:)";
+  constexpr char kXdsCluster[] = R"(  clusters:
+  - name: xds
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: {http2_protocol_options: {}}
+    load_assignment:
+      cluster_name: xds
+      endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: 18000}}}}]}]
+  - name: web)";
+  auto with_rds = [](std::string yaml, const std::string& source) {
+    size_t from = yaml.find("          route_config:");
+    size_t to = yaml.find("          http_filters:");
+    yaml.replace(from, to - from,
+                 "          rds: {route_config_name: r, config_source: " + source + "}\n");
+    return yaml;
+  };
+  auto with_eds = [](const std::string& yaml) {
+    size_t from = yaml.find("    load_assignment:\n      cluster_name: web");
+    return yaml.substr(0, from) +
+           "    type: EDS\n    eds_cluster_config: {eds_config: {ads: {}, "
+           "resource_api_version: V3}}\n";
+  };
+  // ads_config, with everything static and inline: nothing uses the stream.
+  std::string inline_only = Replace(Replace(kGood, "static_resources:", kAdsConfig),
+                                    "  clusters:\n  - name: web", kXdsCluster);
+  ServerConfig c;
+  std::vector<std::string> errors;
+  ASSERT_TRUE(Build(inline_only, &c, &errors)) << ::testing::PrintToString(errors);
+  EXPECT_TRUE(c.xds.has_ads_config);
+  EXPECT_FALSE(c.xds.enabled);
+
+  // A static listener with RDS over ADS: the stream runs, with neither LDS nor CDS.
+  ServerConfig c2;
+  ASSERT_TRUE(Build(with_rds(inline_only, "{ads: {}, resource_api_version: V3}"), &c2, &errors))
+      << ::testing::PrintToString(errors);
+  EXPECT_TRUE(c2.xds.enabled);
+  EXPECT_FALSE(c2.xds.lds || c2.xds.cds);
+  EXPECT_EQ(c2.listeners[0]->rds_name, "r");
+
+  // A static EDS cluster (the last one in kGood): the same.
+  ServerConfig c3;
+  ASSERT_TRUE(Build(with_eds(inline_only), &c3, &errors)) << ::testing::PrintToString(errors);
+  EXPECT_TRUE(c3.xds.enabled);
+  EXPECT_TRUE(c3.clusters.at("web").info->eds);
+  EXPECT_TRUE(c3.clusters.at("web").hosts->empty());
+
+  // Without ads_config, each user of ADS is named.
+  ServerConfig c4;
+  EXPECT_FALSE(Build(with_eds(with_rds(kGood, "{ads: {}}")), &c4, &errors));
+  ASSERT_EQ(errors.size(), 2u) << ::testing::PrintToString(errors);
+  EXPECT_THAT(errors[0],
+              HasSubstr("static_resources.listeners[0].filter_chains[0].filters[0].typed_config"
+                        ".rds: RDS needs dynamic_resources.ads_config"));
+  EXPECT_THAT(errors[1], HasSubstr("static_resources.clusters[0].eds_cluster_config: EDS needs "
+                                   "dynamic_resources.ads_config"));
+
+  // The xDS cluster itself cannot wait for EDS.
+  std::string self =
+      Replace(Replace(kGood, "static_resources:", kAdsConfig), "name: web", "name: xds");
+  self = Replace(self, "explicit_http_config: {http_protocol_options: {}}",
+                 "explicit_http_config: {http2_protocol_options: {}}");
+  self = Replace(self, "route: {cluster: web}", "route: {cluster: xds}");
+  EXPECT_THAT(OnlyError(with_rds(with_eds(self), "{ads: {}}")),
+              HasSubstr("cluster 'xds' is the xDS cluster, so its endpoints cannot come from "
+                        "EDS"));
+}
+
 TEST(ServerConfigTest, NoListeners) {
   std::string e = OnlyError("static_resources: {clusters: []}\n");
   EXPECT_THAT(e, HasSubstr("at least one listener"));
