@@ -88,16 +88,21 @@ def origin_bin():
     return _find_bin("ORIGIN_BIN", "bench/origin")
 
 
-def quickstart_config():
-    """Path of configs/quickstart.yaml."""
-    env = os.environ.get("RPX_QUICKSTART_CONFIG")
+def repo_file(rel, env_var=None):
+    """Path of a checked-in file (`rel` from the repository root): `env_var` if set, else the
+    Bazel runfile, else the source tree's copy. The target needs the file in its data."""
+    env = os.environ.get(env_var) if env_var else None
     if env:
         return env
-    for c in _runfiles_candidates("configs/quickstart.yaml") + [
-            os.path.join(REPO_ROOT, "configs", "quickstart.yaml")]:
+    for c in _runfiles_candidates(rel) + [os.path.join(REPO_ROOT, rel)]:
         if os.path.isfile(c):
             return c
-    raise RuntimeError("cannot find configs/quickstart.yaml: set RPX_QUICKSTART_CONFIG")
+    raise RuntimeError("cannot find %s%s" % (rel, (": set %s" % env_var) if env_var else ""))
+
+
+def quickstart_config():
+    """Path of configs/quickstart.yaml."""
+    return repo_file("configs/quickstart.yaml", "RPX_QUICKSTART_CONFIG")
 
 
 def make_tmpdir(prefix="rpx-it-"):
@@ -632,12 +637,11 @@ XDS_TYPE_URLS = {
 
 
 def xds_bootstrap(xds_port, admin_port=None, node_id="test-node", delta=False,
-                  initial_fetch_timeout="2s"):
-    """A bootstrap taking listeners and clusters (and through them routes and endpoints) from
-    one ADS stream to 127.0.0.1:xds_port (api_type GRPC, or DELTA_GRPC with delta=True)."""
-    lds = dict(ADS_SOURCE)
-    if initial_fetch_timeout:
-        lds["initial_fetch_timeout"] = initial_fetch_timeout
+                  initial_fetch_timeout="2s", lds=True, cds=True, listeners=(), clusters=()):
+    """A bootstrap with one ADS stream to 127.0.0.1:xds_port (api_type GRPC, or DELTA_GRPC with
+    delta=True), taking listeners (`lds`) and clusters (`cds`) from it, and through them routes
+    and endpoints; `listeners` and `clusters` are added to static_resources (which may take their
+    own routes and endpoints over the same stream)."""
     xds_cluster = {
         "name": "xds",
         "connect_timeout": "1s",
@@ -650,19 +654,27 @@ def xds_bootstrap(xds_port, admin_port=None, node_id="test-node", delta=False,
             "endpoints": [{"lb_endpoints": [{"endpoint": {"address": socket_address(xds_port)}}]}],
         },
     }
+    dynamic = {
+        "ads_config": {
+            "api_type": "DELTA_GRPC" if delta else "GRPC",
+            "transport_api_version": "V3",
+            "grpc_services": [{"envoy_grpc": {"cluster_name": "xds"}}],
+        },
+    }
+    if lds:
+        dynamic["lds_config"] = dict(ADS_SOURCE)
+        if initial_fetch_timeout:
+            dynamic["lds_config"]["initial_fetch_timeout"] = initial_fetch_timeout
+    if cds:
+        dynamic["cds_config"] = dict(ADS_SOURCE)
+    static = {"clusters": [xds_cluster] + list(clusters)}
+    if listeners:
+        static["listeners"] = list(listeners)
     return {
         "node": {"id": node_id, "cluster": "test"},
         "admin": {"address": socket_address(admin_port or free_port())},
-        "dynamic_resources": {
-            "lds_config": lds,
-            "cds_config": dict(ADS_SOURCE),
-            "ads_config": {
-                "api_type": "DELTA_GRPC" if delta else "GRPC",
-                "transport_api_version": "V3",
-                "grpc_services": [{"envoy_grpc": {"cluster_name": "xds"}}],
-            },
-        },
-        "static_resources": {"clusters": [xds_cluster]},
+        "dynamic_resources": dynamic,
+        "static_resources": static,
     }
 
 
