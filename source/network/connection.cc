@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "source/common/assert.h"
 
 namespace rpx {
 namespace {
@@ -53,6 +54,11 @@ Connection::Connection(Dispatcher& dispatcher, int fd, bool connecting, uint32_t
       self_owned_(false),
       peer_closed_(false),
       send_full_(false),
+      owns_transport_(false),
+      handshaking_(false),
+      handshake_wants_write_(false),
+      handshake_timed_out_(false),
+      connect_pending_(connecting),
       transport_(&RawTransport::Instance()),
       // Edge-triggered: DoRead reads until a short read (drained) or activates itself again.
       file_event_(dispatcher, fd, connecting ? FileEvent::kWrite : FileEvent::kRead, this,
@@ -68,6 +74,53 @@ Connection::~Connection() {
   self_owned_ = false;
   if (state_ != State::kClosed) CloseNow(ConnectionEvent::kLocalClose, false);
   if (flush_scheduled_) dispatcher().CancelFlush(this);
+  if (owns_transport_) delete transport_;
+}
+
+void Connection::SetTransport(std::unique_ptr<TransportSocket> transport,
+                              uint64_t handshake_timeout_ms) {
+  RPX_ASSERT(!owns_transport_ && state_ != State::kClosed);
+  transport_ = transport.release();
+  owns_transport_ = true;
+  plaintext_ = false;  // no read or write batching, no splice: bytes go through the transport
+  handshaking_ = true;
+  if (handshake_timeout_ms) {
+    linger_timer_ = dispatcher().CreateTimer([this] {
+      handshake_timed_out_ = true;
+      CloseNow(connect_pending_ ? ConnectionEvent::kConnectFailed : ConnectionEvent::kRemoteClose,
+               true);
+    });
+    linger_timer_->Enable(handshake_timeout_ms);
+  }
+  // An accepted socket may hold the ClientHello already (a listener filter peeked at it), and
+  // edge-triggered readiness reported it before this transport existed.
+  if (state_ == State::kOpen) file_event_.Activate(FileEvent::kRead);
+}
+
+bool Connection::DoHandshake() {
+  switch (transport_->Handshake(fd_)) {
+    case TransportSocket::HandshakeResult::kDone:
+      handshaking_ = false;
+      handshake_wants_write_ = false;
+      if (linger_timer_) linger_timer_->Disable();
+      connect_pending_ = false;
+      UpdateInterest();
+      if (callbacks_) callbacks_->OnEvent(ConnectionEvent::kConnected);
+      return state_ != State::kClosed;
+    case TransportSocket::HandshakeResult::kWantRead:
+      handshake_wants_write_ = false;
+      UpdateInterest();
+      return true;
+    case TransportSocket::HandshakeResult::kWantWrite:
+      handshake_wants_write_ = true;
+      UpdateInterest();
+      return true;
+    case TransportSocket::HandshakeResult::kFailed:
+      break;
+  }
+  CloseNow(connect_pending_ ? ConnectionEvent::kConnectFailed : ConnectionEvent::kRemoteClose,
+           true);
+  return false;
 }
 
 std::unique_ptr<Connection> Connection::Connect(Dispatcher& dispatcher, const SocketAddress& addr,
@@ -121,7 +174,7 @@ void Connection::Write(std::string_view data) {
 }
 
 void Connection::WriteThrough(const char* data, size_t len) {
-  if (state_ != State::kOpen || !write_buffer_.empty() || flush_scheduled_) {
+  if (state_ != State::kOpen || handshaking_ || !write_buffer_.empty() || flush_scheduled_) {
     if (state_ == State::kClosed) return;
     write_buffer_.Append(data, len);
     ScheduleWrite();
@@ -191,6 +244,10 @@ void Connection::ReadDisable(bool disable) {
   if (read_disabled_ == disable) return;
   read_disabled_ = disable;
   UpdateInterest();
+  // Bytes the transport took off the socket before reading stopped get no new readiness.
+  if (!disable && state_ == State::kOpen && transport_->HasPendingReadData()) {
+    file_event_.Activate(FileEvent::kRead);
+  }
 }
 
 void Connection::UpdateInterest() {
@@ -198,10 +255,13 @@ void Connection::UpdateInterest() {
   uint32_t interest = 0;
   if (state_ == State::kConnecting) {
     interest = FileEvent::kWrite;
+  } else if (handshaking_) {
+    interest = handshake_wants_write_ ? FileEvent::kWrite : FileEvent::kRead;
   } else {
     bool read = splice_source_ ? want_splice_read_ : !read_disabled_;
     if (read && state_ == State::kOpen) interest |= FileEvent::kRead;
-    if (!write_buffer_.empty() || (splice_sink_ && want_splice_write_ && state_ == State::kOpen)) {
+    if (!write_buffer_.empty() || (splice_sink_ && want_splice_write_ && state_ == State::kOpen) ||
+        (read && transport_->WantsWriteForRead())) {
       interest |= FileEvent::kWrite;
     }
   }
@@ -259,9 +319,24 @@ void Connection::OnFileEvent(uint32_t events) {
       return;
     }
     state_ = State::kOpen;
+    if (handshaking_) {
+      DoHandshake();  // kConnected once the transport's handshake is done
+      if (state_ == State::kOpen && !handshaking_ && !write_buffer_.empty()) DoWrite();
+      return;
+    }
+    connect_pending_ = false;
     UpdateInterest();
     if (callbacks_) callbacks_->OnEvent(ConnectionEvent::kConnected);
     if (state_ == State::kOpen && !write_buffer_.empty()) DoWrite();
+    return;
+  }
+  if (handshaking_ && state_ == State::kOpen) {
+    if (!DoHandshake() || handshaking_) return;
+    // Done: what was queued goes out, and what arrived with the last handshake message (a
+    // request right behind the client's Finished) is read now: its readiness was reported
+    // already.
+    if (!write_buffer_.empty()) DoWrite();
+    if (state_ == State::kOpen) DoRead(kNoReadAhead);
     return;
   }
   if (state_ == State::kLingering) {
@@ -278,6 +353,8 @@ void Connection::OnFileEvent(uint32_t events) {
     return;
   }
   if ((events & FileEvent::kWrite) && state_ != State::kClosed) {
+    // A TLS read that had to wait for the socket to be writable goes on now.
+    if (transport_->WantsWriteForRead()) events |= FileEvent::kRead;
     DoWrite();
     if (splice_sink_ && want_splice_write_ && state_ == State::kOpen && write_buffer_.empty()) {
       splice_sink_->OnSpliceWritable();
@@ -348,7 +425,8 @@ void Connection::DoRead(int32_t ahead) {
       if (callbacks_) callbacks_->OnData(read_buffer_);
       // A short read means the socket is drained (saves an EAGAIN read), unless the peer's end
       // of stream is known to be waiting behind the bytes.
-      if (static_cast<size_t>(n) < want && !peer_closed_) break;
+      // A TLS read returns at most one record: short says nothing there, so read on to EAGAIN.
+      if (static_cast<size_t>(n) < want && !peer_closed_ && plaintext_) break;
       continue;
     }
     if (n == 0) {
@@ -374,6 +452,10 @@ void Connection::DoRead(int32_t ahead) {
 }
 
 void Connection::DoWrite(bool try_send) {
+  if (handshaking_) {
+    CheckWatermarks();  // sent once the handshake is done
+    return;
+  }
   while (try_send && !write_buffer_.empty()) {
     ssize_t n = transport_->Write(fd_, write_buffer_.data(), write_buffer_.size(),
                                   state_ == State::kClosingAfterFlush);
@@ -393,6 +475,7 @@ void Connection::DoWrite(bool try_send) {
       } else {
         // The last bytes went with MSG_MORE and may still be held: shutdown sends them with the
         // FIN. close(2) alone would discard them if input is waiting unread (it resets then).
+        transport_->Shutdown(fd_);
         ::shutdown(fd_, SHUT_WR);
         CloseNow(ConnectionEvent::kLocalClose, false);
       }
@@ -427,6 +510,7 @@ void Connection::Release(std::unique_ptr<Connection> conn) {
 
 void Connection::StartLinger() {
   state_ = State::kLingering;
+  transport_->Shutdown(fd_);
   ::shutdown(fd_, SHUT_WR);
   read_buffer_.Clear();
   file_event_.SetInterest(FileEvent::kRead);
@@ -480,6 +564,9 @@ void Connection::FlushBeforeClosing() {
 
 void Connection::CloseNow(ConnectionEvent event, bool notify) {
   if (state_ == State::kClosed) return;
+  if (event == ConnectionEvent::kLocalClose && state_ == State::kOpen && !handshaking_) {
+    transport_->Shutdown(fd_);
+  }
   state_ = State::kClosed;
   if (linger_timer_) linger_timer_->Disable();
   // Our fd is ours alone (accept4 and socket(2) with SOCK_CLOEXEC, never duplicated; the ring's

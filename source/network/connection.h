@@ -35,11 +35,22 @@ class ConnectionCallbacks {
 // Reads and writes bytes for a connection. Returns bytes moved, 0 on EOF (read), or -errno.
 // `end_follows`: the connection ends its stream right after these bytes (it closes, or shuts down
 // its sending side), so they may leave together with the end of stream.
+// A transport with a handshake (TLS) is driven through Handshake() until it is done, before any
+// Read or Write; it may hold bytes it took off the socket (HasPendingReadData), and a read may
+// have to wait for the socket to be writable (WantsWriteForRead).
 class TransportSocket {
  public:
+  enum class HandshakeResult { kDone, kWantRead, kWantWrite, kFailed };
   virtual ~TransportSocket() = default;
+  virtual HandshakeResult Handshake(int /*fd*/) { return HandshakeResult::kDone; }
   virtual ssize_t Read(int fd, char* buf, size_t len) = 0;
   virtual ssize_t Write(int fd, const char* buf, size_t len, bool end_follows) = 0;
+  virtual bool HasPendingReadData() const { return false; }
+  virtual bool WantsWriteForRead() const { return false; }
+  // The stream is about to end (before shutdown(2) or close(2)): tell the peer (close_notify).
+  virtual void Shutdown(int /*fd*/) {}
+  // Why the handshake or the connection failed, for logs and error responses.
+  virtual std::string FailureReason() const { return ""; }
 };
 
 // Plaintext. With end_follows the bytes are sent with MSG_MORE: TCP holds a short last segment
@@ -87,6 +98,16 @@ class Connection : public DeferredDeletable, public Flushable {
                                              std::string* detail = nullptr);
 
   void SetCallbacks(ConnectionCallbacks* cb) { callbacks_ = cb; }
+  // Makes the connection run over `transport` (TLS), owned from now on; call before the first
+  // event (right after an accept, or while connecting). Its handshake runs first: an accepted
+  // connection raises kConnected when it is done, a connecting one only then (instead of when
+  // TCP connects); a failed handshake closes it (kRemoteClose, or kConnectFailed while
+  // connecting), and so does one not done within `handshake_timeout_ms` (0: no limit).
+  void SetTransport(std::unique_ptr<TransportSocket> transport, uint64_t handshake_timeout_ms);
+  TransportSocket& transport() { return *transport_; }
+  bool handshaking() const { return handshaking_; }
+  // The handshake did not finish in time (then it closed with kRemoteClose).
+  bool handshake_timed_out() const { return handshake_timed_out_; }
   void Write(std::string_view data);
   // Like Write, but when nothing is queued the bytes go to the socket at once, and only what the
   // socket does not take is buffered. For streamed bodies: the data is sent from the (cache-hot)
@@ -148,6 +169,8 @@ class Connection : public DeferredDeletable, public Flushable {
   enum class State : uint8_t { kConnecting, kOpen, kClosingAfterFlush, kLingering, kClosed };
   void StartLinger();
   void OnFileEvent(uint32_t events);
+  // Drives the transport's handshake; false if the connection closed.
+  bool DoHandshake();
   void DoRead(int32_t ahead);
   size_t NextReadSize() const;
   void DoWrite(bool try_send = true);
@@ -169,11 +192,16 @@ class Connection : public DeferredDeletable, public Flushable {
   bool want_splice_read_ : 1;
   bool want_splice_write_ : 1;
   bool linger_after_flush_ : 1;
-  bool self_owned_ : 1;   // released by its owner while closing; frees itself when closed
-  bool peer_closed_ : 1;  // the peer shut down its side (reads go on until end of stream)
-  bool send_full_ : 1;    // a batched send just found the socket's buffer full
+  bool self_owned_ : 1;      // released by its owner while closing; frees itself when closed
+  bool peer_closed_ : 1;     // the peer shut down its side (reads go on until end of stream)
+  bool send_full_ : 1;       // a batched send just found the socket's buffer full
+  bool owns_transport_ : 1;  // transport_ is this connection's own (TLS), deleted with it
+  bool handshaking_ : 1;     // the transport's handshake is not done
+  bool handshake_wants_write_ : 1;
+  bool handshake_timed_out_ : 1;
+  bool connect_pending_ : 1;  // connecting: kConnected (or kConnectFailed) not raised yet
   ConnectionCallbacks* callbacks_ = nullptr;
-  // RawTransport's shared instance (it has no state); TLS will own a per-connection one.
+  // RawTransport's shared instance (it has no state), or this connection's own (TLS).
   TransportSocket* transport_;
   SpliceHandler* splice_source_ = nullptr;
   SpliceHandler* splice_sink_ = nullptr;
@@ -182,6 +210,8 @@ class Connection : public DeferredDeletable, public Flushable {
   int32_t read_ahead_ = kNoReadAhead;  // bytes, 0 (end of stream) or -errno
   uint32_t read_ahead_want_ = 0;       // how much it asked for: fewer means the socket is drained
   ReadingFileEvent<Connection, &Connection::OnFileEvent> file_event_;
+  // The linger's deadline, or before it the handshake's (they never overlap: a connection
+  // lingers only once open, and one closed while handshaking closes at once).
   std::unique_ptr<Timer> linger_timer_;
   Buffer read_buffer_;
   Buffer write_buffer_;

@@ -1,0 +1,58 @@
+// TlsTransport: the TransportSocket of one TLS connection, server or client side: an OpenSSL SSL
+// over the connection's socket. Owned by its Connection and used only on that connection's
+// worker thread. It keeps its TlsContext alive (OpenSSL's callbacks find the context through
+// the SSL_CTX, so a context replaced by a config update stays valid for the connections that
+// still use it).
+#pragma once
+
+#include <openssl/ssl.h>
+
+#include <memory>
+#include <string>
+
+#include "source/network/connection.h"
+#include "source/tls/tls_context.h"
+
+namespace rpx {
+
+class TlsTransport : public TransportSocket {
+ public:
+  // Client side: `sni` is sent as the server name (empty: none); `session`, if set, is offered
+  // for resumption (the caller keeps its own reference).
+  TlsTransport(std::shared_ptr<const TlsContext> context, const std::string& sni = "",
+               SSL_SESSION* session = nullptr);
+  ~TlsTransport() override;
+
+  // TransportSocket
+  HandshakeResult Handshake(int fd) override;
+  ssize_t Read(int fd, char* buf, size_t len) override;
+  ssize_t Write(int fd, const char* buf, size_t len, bool end_follows) override;
+  bool HasPendingReadData() const override;
+  bool WantsWriteForRead() const override { return read_wants_write_; }
+  void Shutdown(int fd) override;
+  std::string FailureReason() const override { return failure_; }
+
+  // After the handshake.
+  SSL* ssl() const { return ssl_; }
+  bool session_reused() const;
+  std::string alpn() const;         // the protocol ALPN selected; empty: none
+  std::string server_name() const;  // the SNI the client sent (server side)
+  std::string version() const;      // "TLSv1.3"
+  std::string cipher() const;
+  bool has_peer_certificate() const;
+  // A new reference to the session, to offer on the next connection to the same host.
+  SSL_SESSION* Session() const { return SSL_get1_session(ssl_); }
+
+ private:
+  enum class Status { kWantRead, kWantWrite, kClosed, kError };
+  // What an SSL call's failure `ret` means; records why the connection failed.
+  Status Classify(int ret, const char* op);
+
+  std::shared_ptr<const TlsContext> context_;
+  SSL* ssl_;
+  bool read_wants_write_ = false;
+  bool failed_ = false;
+  std::string failure_;
+};
+
+}  // namespace rpx
