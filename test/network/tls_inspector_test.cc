@@ -241,11 +241,12 @@ TEST(TlsInspectorTest, SecondRecordMustBeHandshake) {
 
 TEST(TlsInspectorTest, HandBuiltHelloParses) {
   Hello h;
-  h.extensions = Sni("Mixed.Case.EXAMPLE") + Alpn({"h2", "http/1.1", "x"}) +
+  // Both ends of A-Z, and the bytes just outside it, which stay as they are.
+  h.extensions = Sni("Mixed.Case.EXAMPLE.AZ@[`{") + Alpn({"h2", "http/1.1", "x"}) +
                  Extension(43, Vec8("\x7a\x7a\x03\x04\x03\x03"s));
   ClientHelloInfo info;
   ASSERT_EQ(Inspect(Record(h), &info), InspectResult::kTls);
-  EXPECT_EQ(info.server_name, "mixed.case.example");
+  EXPECT_EQ(info.server_name, "mixed.case.example.az@[`{");
   EXPECT_THAT(info.alpn, ElementsAre("h2", "http/1.1", "x"));
   EXPECT_TRUE(info.supports_tls13);
 }
