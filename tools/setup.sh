@@ -15,6 +15,7 @@ PKGS=(
   libgtest-dev libgmock-dev libbenchmark-dev
   # integration tests
   curl python3 python3-protobuf python3-websockets python3-websocket procps iproute2 slowhttptest
+  openssl sslscan testssl.sh
   # benchmark
   nginx-light haproxy wrk util-linux
 )

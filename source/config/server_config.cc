@@ -9,17 +9,20 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "envoy/config/cluster/v3/cluster.pb.h"
 #include "envoy/config/listener/v3/listener.pb.h"
 #include "envoy/extensions/filters/http/router/v3/router.pb.h"
 #include "envoy/extensions/filters/network/connection_limit/v3/connection_limit.pb.h"
 #include "envoy/extensions/filters/network/http_connection_manager/v3/http_connection_manager.pb.h"
 #include "envoy/extensions/upstreams/http/v3/http_protocol_options.pb.h"
+#include "source/config/tls_config.h"
 
 namespace rpx {
 namespace {
 
 using envoy::config::cluster::v3::Cluster;
+using envoy::config::listener::v3::FilterChain;
 using envoy::config::listener::v3::Listener;
 using envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
 using ConnectionLimitProto =
@@ -31,6 +34,15 @@ constexpr char kHcmType[] =
     "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
 constexpr char kRouterType[] = "envoy.extensions.filters.http.router.v3.Router";
 constexpr char kUpstreamHttpOptions[] = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions";
+constexpr char kTlsInspectorType[] =
+    "envoy.extensions.filters.listener.tls_inspector.v3.TlsInspector";
+constexpr char kDownstreamTlsType[] =
+    "envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext";
+constexpr char kUpstreamTlsType[] = "envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext";
+constexpr char kRawBufferType[] = "envoy.extensions.transport_sockets.raw_buffer.v3.RawBuffer";
+// A TLS handshake not done within this is closed (transport_socket_connect_timeout; Envoy has
+// none by default, which lets a client that stops mid-handshake hold a connection for good).
+constexpr uint64_t kDefaultHandshakeTimeoutMs = 10000;
 
 uint64_t Ms(const google::protobuf::Duration& d) {
   return static_cast<uint64_t>(d.seconds()) * 1000 + d.nanos() / 1000000;
@@ -158,7 +170,17 @@ class Builder {
   void BuildListener(const Listener& l, const std::string& path, ServerConfig* out);
 
  private:
-  bool BuildHttp(const HttpConnectionManager& hcm, const std::string& path, ListenerConfig* lc);
+  bool BuildHttp(const HttpConnectionManager& hcm, const std::string& path, uint32_t buffer_limit,
+                 FilterChainConfig* lc);
+  std::shared_ptr<const FilterChainConfig> BuildChain(const FilterChain& chain,
+                                                      const std::string& cp,
+                                                      const ListenerConfig& lc);
+  bool BuildMatch(const envoy::config::listener::v3::FilterChainMatch& m, const std::string& path,
+                  FilterChainMatch* out);
+  bool Cidrs(const google::protobuf::RepeatedPtrField<envoy::config::core::v3::CidrRange>& in,
+             const std::string& path, std::vector<CidrRange>* out);
+  bool DownstreamTransport(const envoy::config::core::v3::TransportSocket& ts,
+                           const std::string& path, FilterChainConfig* chain);
   const BuildOptions& options_;
   std::vector<std::string>* errors_;
 };
@@ -364,7 +386,7 @@ void Builder::BuildHosts(const envoy::config::endpoint::v3::ClusterLoadAssignmen
 }
 
 bool Builder::BuildHttp(const HttpConnectionManager& hcm, const std::string& path,
-                        ListenerConfig* lc) {
+                        uint32_t buffer_limit, FilterChainConfig* lc) {
   size_t errors_before = errors_->size();
   lc->route_config_path = path;
   auto http = std::make_shared<HttpConfig>();
@@ -446,7 +468,7 @@ bool Builder::BuildHttp(const HttpConnectionManager& hcm, const std::string& pat
     }
     http->upgrades.push_back(std::move(entry));
   }
-  http->buffer_limit = lc->buffer_limit;
+  http->buffer_limit = buffer_limit;
   if (hcm.has_rds()) {
     const auto& rds = hcm.rds();
     if (rds.route_config_name().empty()) {
@@ -478,6 +500,7 @@ bool Builder::BuildHttp(const HttpConnectionManager& hcm, const std::string& pat
 }
 
 void Builder::BuildListener(const Listener& l, const std::string& path, ServerConfig* out) {
+  size_t errors_before = errors_->size();
   auto lc = std::make_shared<ListenerConfig>();
   lc->name = l.name();
   if (l.name().empty()) Error(path + ".name", "is required");
@@ -493,6 +516,11 @@ void Builder::BuildListener(const Listener& l, const std::string& path, ServerCo
                                             " is already used by listener '", other->name, "'"));
     }
   }
+  lc->stat_prefix = l.stat_prefix();
+  if (lc->stat_prefix.empty()) {
+    // Envoy's default: the address, with ':' made '_' ("127.0.0.1_10000").
+    lc->stat_prefix = absl::StrReplaceAll(lc->address.ToString(), {{":", "_"}});
+  }
   if (l.has_per_connection_buffer_limit_bytes()) {
     lc->buffer_limit = l.per_connection_buffer_limit_bytes().value();
     if (lc->buffer_limit < 1024) {
@@ -502,17 +530,191 @@ void Builder::BuildListener(const Listener& l, const std::string& path, ServerCo
   lc->reuse_port = !l.has_enable_reuse_port() || l.enable_reuse_port().value();
   Options(l.socket_options(), path + ".socket_options", /*prebind_only=*/false,
           &lc->socket_options);
-  if (l.filter_chains_size() != 1) {
+  for (int i = 0; i < l.listener_filters_size(); ++i) {
+    const auto& f = l.listener_filters(i);
+    std::string fp = absl::StrCat(path, ".listener_filters[", i, "]");
+    bool inspector = f.has_typed_config()
+                         ? f.typed_config().type_url().find(kTlsInspectorType) != std::string::npos
+                         : f.name() == "envoy.filters.listener.tls_inspector";
+    if (!inspector) {
+      Error(fp, absl::StrCat("listener filter '", f.name(),
+                             "' is not supported (only envoy.filters.listener.tls_inspector is)"));
+      continue;
+    }
+    lc->inspect_tls = true;
+  }
+  if (l.has_listener_filters_timeout()) {
+    lc->listener_filters_timeout_ms = Ms(l.listener_filters_timeout());
+  }
+  lc->continue_on_listener_filters_timeout = l.continue_on_listener_filters_timeout();
+  if (l.filter_chains_size() == 0 && !l.has_default_filter_chain()) {
     Error(path + ".filter_chains",
-          "exactly one filter chain is required (filter chain matching needs TLS, not yet "
-          "implemented)");
+          "at least one filter chain (or a default_filter_chain) is required");
     return;
   }
-  const auto& chain = l.filter_chains(0);
-  std::string cp = path + ".filter_chains[0]";
+  for (int i = 0; i < l.filter_chains_size(); ++i) {
+    std::string cp = absl::StrCat(path, ".filter_chains[", i, "]");
+    auto chain = BuildChain(l.filter_chains(i), cp, *lc);
+    if (!chain) continue;
+    for (size_t j = 0; j < lc->chains.size(); ++j) {
+      if (lc->chains[j]->match == chain->match) {
+        Error(cp + ".filter_chain_match",
+              absl::StrCat("the same as filter_chains[", j,
+                           "]'s: two chains with one match cannot be told apart"));
+      }
+    }
+    lc->chains.push_back(std::move(chain));
+  }
+  if (l.has_default_filter_chain()) {
+    std::string cp = path + ".default_filter_chain";
+    if (l.default_filter_chain().has_filter_chain_match()) {
+      Error(cp + ".filter_chain_match", "a default filter chain matches what no other chain does");
+    }
+    auto chain = BuildChain(l.default_filter_chain(), cp, *lc);
+    if (chain) {
+      lc->chains.push_back(std::move(chain));
+      lc->has_default_chain = true;
+    }
+  }
+  if (errors_->size() != errors_before) return;
+  for (const auto& c : lc->chains) {
+    // A chain that matches on SNI, ALPN or the transport protocol needs the ClientHello read
+    // first: as Envoy once did, rpx inspects it even when tls_inspector is not listed.
+    lc->inspect_tls |= c->match.NeedsClientHello();
+    lc->needs_local_address |= c->match.NeedsLocalAddress();
+  }
+  lc->single_catch_all = lc->chains.size() == 1 && lc->chains[0]->match == FilterChainMatch();
+  lc->stats = std::make_shared<ListenerStatsBlock>(options_.stats_slots);
+  out->listeners.push_back(std::move(lc));
+}
+
+bool Builder::Cidrs(
+    const google::protobuf::RepeatedPtrField<envoy::config::core::v3::CidrRange>& in,
+    const std::string& path, std::vector<CidrRange>* out) {
+  bool ok = true;
+  for (int i = 0; i < in.size(); ++i) {
+    auto r = CidrRange::Create(in[i].address_prefix(),
+                               in[i].has_prefix_len() ? in[i].prefix_len().value() : 0);
+    if (!r.ok()) {
+      Error(absl::StrCat(path, "[", i, "]"), std::string(r.status().message()));
+      ok = false;
+      continue;
+    }
+    out->push_back(*r);
+  }
+  return ok;
+}
+
+bool Builder::BuildMatch(const envoy::config::listener::v3::FilterChainMatch& m,
+                         const std::string& path, FilterChainMatch* out) {
+  size_t before = errors_->size();
+  if (m.has_destination_port()) {
+    if (m.destination_port().value() == 0 || m.destination_port().value() > 65535) {
+      Error(path + ".destination_port", "must be within [1, 65535]");
+    }
+    out->destination_port = m.destination_port().value();
+  }
+  Cidrs(m.prefix_ranges(), path + ".prefix_ranges", &out->prefix_ranges);
+  for (int i = 0; i < m.server_names_size(); ++i) {
+    auto n = NormalizeServerName(m.server_names(i));
+    if (!n.ok()) {
+      Error(absl::StrCat(path, ".server_names[", i, "]"), std::string(n.status().message()));
+      continue;
+    }
+    out->server_names.push_back(*n);
+  }
+  out->transport_protocol = m.transport_protocol();
+  if (!out->transport_protocol.empty() && out->transport_protocol != "tls" &&
+      out->transport_protocol != "raw_buffer") {
+    Error(path + ".transport_protocol",
+          absl::StrCat("'", out->transport_protocol, "' is never detected (tls or raw_buffer)"));
+  }
+  out->application_protocols.assign(m.application_protocols().begin(),
+                                    m.application_protocols().end());
+  Cidrs(m.direct_source_prefix_ranges(), path + ".direct_source_prefix_ranges",
+        &out->direct_source_prefix_ranges);
+  using CST = envoy::config::listener::v3::FilterChainMatch;
+  switch (m.source_type()) {
+    case CST::SAME_IP_OR_LOOPBACK:
+      out->source_type = FilterChainMatch::SourceType::kSameIpOrLoopback;
+      break;
+    case CST::EXTERNAL:
+      out->source_type = FilterChainMatch::SourceType::kExternal;
+      break;
+    default:
+      break;
+  }
+  Cidrs(m.source_prefix_ranges(), path + ".source_prefix_ranges", &out->source_prefix_ranges);
+  for (int i = 0; i < m.source_ports_size(); ++i) {
+    if (m.source_ports(i) == 0 || m.source_ports(i) > 65535) {
+      Error(absl::StrCat(path, ".source_ports[", i, "]"), "must be within [1, 65535]");
+    }
+    out->source_ports.push_back(m.source_ports(i));
+  }
+  return errors_->size() == before;
+}
+
+bool Builder::DownstreamTransport(const envoy::config::core::v3::TransportSocket& ts,
+                                  const std::string& path, FilterChainConfig* chain) {
+  std::string type =
+      ts.has_typed_config()
+          ? ts.typed_config().type_url().substr(ts.typed_config().type_url().rfind('/') + 1)
+          : "";
+  if (type == kRawBufferType ||
+      (type.empty() && ts.name() == "envoy.transport_sockets.raw_buffer")) {
+    return true;  // plaintext
+  }
+  if (type != kDownstreamTlsType) {
+    Error(path, absl::StrCat("transport socket '", ts.name(), "'",
+                             type.empty() ? "" : absl::StrCat(" (", type, ")"),
+                             " is not supported (envoy.transport_sockets.tls with a "
+                             "DownstreamTlsContext, or raw_buffer)"));
+    return false;
+  }
+  envoy::extensions::transport_sockets::tls::v3::DownstreamTlsContext ctx;
+  if (!ts.typed_config().UnpackTo(&ctx)) {
+    Error(path + ".typed_config", "cannot decode the DownstreamTlsContext");
+    return false;
+  }
+  TlsContextOptions o;
+  std::vector<std::string> tls_errors;
+  if (!DownstreamTlsOptions(ctx, path + ".typed_config", options_.secrets, &o, &tls_errors)) {
+    for (const auto& e : tls_errors) errors_->push_back(absl::StrCat(options_.source, ": ", e));
+    return false;
+  }
+  // ALPN offers only what rpx's codecs speak (HTTP/1.x for now): selecting h2 and then speaking
+  // HTTP/1.1 would break every such client, which instead falls back to HTTP/1.1.
+  std::vector<std::string> spoken;
+  for (const auto& p : o.alpn) {
+    if (p == "http/1.1" || p == "http/1.0") spoken.push_back(p);
+  }
+  o.alpn = std::move(spoken);
+  auto context = TlsContext::Create(o);
+  if (!context.ok()) {
+    errors_->push_back(absl::StrCat(options_.source, ": ", context.status().message()));
+    return false;
+  }
+  chain->tls = *context;
+  return true;
+}
+
+std::shared_ptr<const FilterChainConfig> Builder::BuildChain(const FilterChain& chain,
+                                                             const std::string& cp,
+                                                             const ListenerConfig& lc) {
+  size_t errors_before = errors_->size();
+  auto fc = std::make_shared<FilterChainConfig>();
+  fc->name = chain.name().empty() ? cp : chain.name();
+  BuildMatch(chain.filter_chain_match(), cp + ".filter_chain_match", &fc->match);
+  if (chain.has_transport_socket()) {
+    DownstreamTransport(chain.transport_socket(), cp + ".transport_socket", fc.get());
+  }
+  if (fc->tls) fc->handshake_timeout_ms = kDefaultHandshakeTimeoutMs;
+  if (chain.has_transport_socket_connect_timeout()) {
+    fc->handshake_timeout_ms = Ms(chain.transport_socket_connect_timeout());
+  }
   if (chain.filters_size() == 0) {
     Error(cp + ".filters", "the http_connection_manager filter is required");
-    return;
+    return nullptr;
   }
   // Network filters before the HTTP connection manager: only connection_limit, at most once.
   for (int i = 0; i + 1 < chain.filters_size(); ++i) {
@@ -523,12 +725,12 @@ void Builder::BuildListener(const Listener& l, const std::string& path, ServerCo
       Error(fp, absl::StrCat("network filter '", f.name(),
                              "' is not supported here (before the http_connection_manager only "
                              "envoy.filters.network.connection_limit is)"));
-      return;
+      return nullptr;
     }
     ConnectionLimitProto cl;
     if (!f.typed_config().UnpackTo(&cl)) {
       Error(fp + ".typed_config", "cannot decode the ConnectionLimit");
-      return;
+      return nullptr;
     }
     auto limit = std::make_shared<ConnectionLimit>();
     limit->stat_prefix = cl.stat_prefix();
@@ -540,12 +742,12 @@ void Builder::BuildListener(const Listener& l, const std::string& path, ServerCo
     if (cl.has_delay()) limit->delay_ms = Ms(cl.delay());
     if (i > 0) {
       Error(fp, "connection_limit is given twice");
-      return;
+      return nullptr;
     }
     // runtime_enabled without a runtime: its default_value decides.
     bool enabled = !cl.has_runtime_enabled() || !cl.runtime_enabled().has_default_value() ||
                    cl.runtime_enabled().default_value().value();
-    if (enabled) lc->connection_limit = std::move(limit);
+    if (enabled) fc->connection_limit = std::move(limit);
   }
   const auto& f = chain.filters(chain.filters_size() - 1);
   std::string fp = absl::StrCat(cp, ".filters[", chain.filters_size() - 1, "]");
@@ -554,17 +756,27 @@ void Builder::BuildListener(const Listener& l, const std::string& path, ServerCo
     Error(fp, absl::StrCat("network filter '", f.name(),
                            "' is not supported (only envoy.filters.network."
                            "http_connection_manager with a typed_config is)"));
-    return;
+    return nullptr;
   }
   if (!f.typed_config().UnpackTo(&hcm)) {
     Error(fp + ".typed_config", "cannot decode the HttpConnectionManager");
-    return;
+    return nullptr;
   }
-  if (!BuildHttp(hcm, fp + ".typed_config", lc.get())) return;
-  out->listeners.push_back(std::move(lc));
+  if (!BuildHttp(hcm, fp + ".typed_config", lc.buffer_limit, fc.get())) return nullptr;
+  if (errors_->size() != errors_before) return nullptr;
+  return fc;
 }
 
 }  // namespace
+
+int ListenerConfig::SelectChain(const ConnectionFacts& facts) const {
+  size_t n = chains.size() - (has_default_chain ? 1 : 0);
+  std::vector<const FilterChainMatch*> matches(n);
+  for (size_t i = 0; i < n; ++i) matches[i] = &chains[i]->match;
+  int chosen = SelectFilterChain(matches, facts);
+  if (chosen < 0 && has_default_chain) chosen = static_cast<int>(n);
+  return chosen;
+}
 
 std::shared_ptr<const ListenerConfig> BuildListener(const Listener& l, const std::string& path,
                                                     const BuildOptions& options,
@@ -626,7 +838,18 @@ bool BuildServerConfig(const envoy::config::bootstrap::v3::Bootstrap& bootstrap,
                        const BuildOptions& options, ServerConfig* out,
                        std::vector<std::string>* errors) {
   size_t errors_before = errors->size();
-  Builder b(options, errors);
+  BuildOptions opts = options;
+  const auto& secrets = bootstrap.static_resources().secrets();
+  for (int i = 0; i < secrets.size(); ++i) {
+    std::string sp = absl::StrCat("static_resources.secrets[", i, "]");
+    if (secrets[i].name().empty()) {
+      errors->push_back(absl::StrCat(options.source, ": ", sp, ".name: is required"));
+    } else if (!opts.secrets.emplace(secrets[i].name(), secrets[i]).second) {
+      errors->push_back(absl::StrCat(options.source, ": ", sp, ".name: duplicate secret name '",
+                                     secrets[i].name(), "'"));
+    }
+  }
+  Builder b(opts, errors);
   out->node_id = bootstrap.node().id();
   out->node_cluster = bootstrap.node().cluster();
   if (bootstrap.has_admin()) {
@@ -700,7 +923,9 @@ bool BuildServerConfig(const envoy::config::bootstrap::v3::Bootstrap& bootstrap,
   // listener's RDS or a static cluster's EDS.
   std::vector<std::string> ads_users;  // "field path: what"
   for (const auto& l : out->listeners) {
-    if (!l->rds_name.empty()) ads_users.push_back(l->route_config_path + ".rds: RDS");
+    for (const auto& c : l->chains) {
+      if (!c->rds_name.empty()) ads_users.push_back(c->route_config_path + ".rds: RDS");
+    }
   }
   for (int i = 0; i < sr.clusters_size(); ++i) {
     if (sr.clusters(i).type() == envoy::config::cluster::v3::Cluster::EDS) {
@@ -747,12 +972,13 @@ bool BuildServerConfig(const envoy::config::bootstrap::v3::Bootstrap& bootstrap,
   // Every cluster a route names must exist (Envoy's validate_clusters for static routes), unless
   // clusters may also come from CDS.
   for (size_t i = 0; i < out->listeners.size() && !out->xds.cds; ++i) {
-    const auto& l = out->listeners[i];
-    if (!l->routes) continue;
-    for (const auto& [name, path] : l->routes->ReferencedClusters()) {
-      if (!out->clusters.contains(name) && !b.defined_clusters.contains(name)) {
-        errors->push_back(absl::StrCat(options.source, ": ", l->route_config_path, ".", path,
-                                       ": unknown cluster '", name, "'"));
+    for (const auto& c : out->listeners[i]->chains) {
+      if (!c->routes) continue;
+      for (const auto& [name, path] : c->routes->ReferencedClusters()) {
+        if (!out->clusters.contains(name) && !b.defined_clusters.contains(name)) {
+          errors->push_back(absl::StrCat(options.source, ": ", c->route_config_path, ".", path,
+                                         ": unknown cluster '", name, "'"));
+        }
       }
     }
   }

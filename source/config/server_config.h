@@ -2,6 +2,7 @@
 // then only read. Workers receive the listeners and clusters as shared_ptr<const ...> values.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <optional>
@@ -12,10 +13,13 @@
 #include "envoy/config/cluster/v3/cluster.pb.h"
 #include "envoy/config/endpoint/v3/endpoint.pb.h"
 #include "envoy/config/listener/v3/listener.pb.h"
+#include "source/config/tls_config.h"
 #include "source/http/http_config.h"
 #include "source/network/address.h"
+#include "source/network/filter_chain_match.h"
 #include "source/network/socket_option.h"
 #include "source/router/route_table.h"
+#include "source/tls/tls_context.h"
 #include "source/upstream/worker_cluster.h"
 
 namespace rpx {
@@ -47,12 +51,12 @@ struct ConnectionLimit {
   void Release() const { state->active.fetch_sub(1, std::memory_order_relaxed); }
 };
 
-struct ListenerConfig {
-  std::string name;
-  SocketAddress address;
-  uint32_t buffer_limit = 1024 * 1024;
-  bool reuse_port = true;
-  SocketOptions socket_options;  // applied to the listening sockets; accepted ones inherit most
+// One filter chain of a listener: when it is chosen, its TLS, and its HTTP connection manager.
+struct FilterChainConfig {
+  std::string name;  // FilterChain.name, or its field path
+  FilterChainMatch match;
+  std::shared_ptr<const TlsContext> tls;  // transport_socket envoy.transport_sockets.tls; or none
+  uint64_t handshake_timeout_ms = 0;      // transport_socket_connect_timeout; 0: none
   std::shared_ptr<const HttpConfig> http;
   // Inline route_config, or the RDS route table once it has arrived (nullptr while warming).
   std::shared_ptr<const RouteTable> routes;
@@ -60,6 +64,54 @@ struct ListenerConfig {
   std::string route_config_path;  // field path of the HCM, for messages
   uint64_t initial_fetch_timeout_ms = 15000;
   std::shared_ptr<const ConnectionLimit> connection_limit;  // nullptr: no cap
+};
+
+// Per-worker counters of one listener (Envoy's listener.<stat_prefix>.* and its ssl.* ones).
+struct alignas(64) ListenerStats {
+  Counter downstream_cx_total;
+  Counter no_filter_chain_match;
+  Counter downstream_pre_cx_timeout;  // the ClientHello did not come in listener_filters_timeout
+  Counter ssl_handshake;
+  Counter ssl_connection_error;  // a failed handshake (or TLS error)
+  Counter ssl_session_reused;
+  Counter ssl_handshake_timeout;  // transport_socket_connect_timeout
+  Counter ssl_no_certificate;     // handshakes without a client certificate
+};
+struct ListenerStatsBlock {
+  explicit ListenerStatsBlock(uint32_t slots)
+      : slots(std::max(1u, slots)), stats(new ListenerStats[this->slots]) {}
+  uint32_t slots;
+  std::unique_ptr<ListenerStats[]> stats;
+};
+
+struct ListenerConfig {
+  std::string name;
+  std::string stat_prefix;  // Listener.stat_prefix, or the address (Envoy's default)
+  SocketAddress address;
+  uint32_t buffer_limit = 1024 * 1024;
+  bool reuse_port = true;
+  SocketOptions socket_options;  // applied to the listening sockets; accepted ones inherit most
+  // filter_chains in order, then default_filter_chain (if any) last.
+  std::vector<std::shared_ptr<const FilterChainConfig>> chains;
+  bool has_default_chain = false;
+  // Every connection takes chains[0] without looking (one chain that matches anything).
+  bool single_catch_all = false;
+  // The tls_inspector reads the ClientHello (without consuming it) before a chain is chosen:
+  // configured as a listener filter, or implied by a chain that matches on what it finds.
+  bool inspect_tls = false;
+  bool needs_local_address = false;  // a chain matches on the destination port or address
+  uint64_t listener_filters_timeout_ms = 15000;
+  bool continue_on_listener_filters_timeout = false;
+  std::shared_ptr<ListenerStatsBlock> stats;
+
+  // The chain for a new connection (an index into chains), or -1: none matches.
+  int SelectChain(const ConnectionFacts& facts) const;
+  bool uses_rds() const {
+    for (const auto& c : chains) {
+      if (!c->rds_name.empty()) return true;
+    }
+    return false;
+  }
 };
 
 // dynamic_resources: where the ADS stream goes and how it talks.
@@ -99,6 +151,7 @@ struct BuildOptions {
   uint32_t stats_slots = 1;  // number of workers: one stats block each
   bool resolve_dns = true;   // false in --mode validate
   std::string source;        // file name, for messages
+  SecretMap secrets;         // secrets a TLS context may name (static_resources.secrets, SDS)
 };
 
 // Builds `out` from `bootstrap`. Returns false after appending every problem to `errors`.

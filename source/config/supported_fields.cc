@@ -5,9 +5,9 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "source/common/field_path.h"
 #include "google/protobuf/any.pb.h"
 #include "google/protobuf/descriptor.h"
+#include "source/common/field_path.h"
 
 namespace rpx {
 namespace {
@@ -118,20 +118,101 @@ const std::set<std::string>& Supported() {
       "envoy.config.listener.v3.Listener.enable_reuse_port",
       "envoy.config.listener.v3.Listener.socket_options",
       "envoy.config.listener.v3.Listener.drain_type",
+      "envoy.config.listener.v3.Listener.listener_filters",
+      "envoy.config.listener.v3.Listener.listener_filters_timeout",
+      "envoy.config.listener.v3.Listener.continue_on_listener_filters_timeout",
+      "envoy.config.listener.v3.Listener.default_filter_chain",
+      "envoy.config.listener.v3.ListenerFilter.name",
+      "envoy.config.listener.v3.ListenerFilter.typed_config",
       "envoy.config.listener.v3.FilterChain.filters",
       "envoy.config.listener.v3.FilterChain.name",
+      "envoy.config.listener.v3.FilterChain.filter_chain_match",
+      "envoy.config.listener.v3.FilterChain.transport_socket",
+      "envoy.config.listener.v3.FilterChain.transport_socket_connect_timeout",
+      "envoy.config.listener.v3.FilterChain.metadata",
+      "envoy.config.listener.v3.FilterChainMatch.destination_port",
+      "envoy.config.listener.v3.FilterChainMatch.prefix_ranges",
+      "envoy.config.listener.v3.FilterChainMatch.server_names",
+      "envoy.config.listener.v3.FilterChainMatch.transport_protocol",
+      "envoy.config.listener.v3.FilterChainMatch.application_protocols",
+      "envoy.config.listener.v3.FilterChainMatch.direct_source_prefix_ranges",
+      "envoy.config.listener.v3.FilterChainMatch.source_type",
+      "envoy.config.listener.v3.FilterChainMatch.source_prefix_ranges",
+      "envoy.config.listener.v3.FilterChainMatch.source_ports",
+      "envoy.config.core.v3.CidrRange.address_prefix",
+      "envoy.config.core.v3.CidrRange.prefix_len",
+      "envoy.config.core.v3.TransportSocket.name",
+      "envoy.config.core.v3.TransportSocket.typed_config",
+      // TLS (envoy.transport_sockets.tls)
+      "envoy.config.bootstrap.v3.Bootstrap.StaticResources.secrets",
+      "envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext.common_tls_context",
+      "envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext.require_client_certificate",
+      "envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext.require_sni",
+      "envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext.session_ticket_keys",
+      "envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext."
+      "session_ticket_keys_sds_secret_config",
+      "envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext."
+      "disable_stateless_session_resumption",
+      "envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext."
+      "disable_stateful_session_resumption",
+      "envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext.session_timeout",
+      "envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext.ocsp_staple_policy",
+      "envoy.extensions.transport_sockets.tls.v3.CommonTlsContext.tls_params",
+      "envoy.extensions.transport_sockets.tls.v3.CommonTlsContext.tls_certificates",
+      "envoy.extensions.transport_sockets.tls.v3.CommonTlsContext.tls_certificate_sds_secret_"
+      "configs",
+      "envoy.extensions.transport_sockets.tls.v3.CommonTlsContext.validation_context",
+      "envoy.extensions.transport_sockets.tls.v3.CommonTlsContext."
+      "validation_context_sds_secret_config",
+      "envoy.extensions.transport_sockets.tls.v3.CommonTlsContext.combined_validation_context",
+      "envoy.extensions.transport_sockets.tls.v3.CommonTlsContext."
+      "CombinedCertificateValidationContext.default_validation_context",
+      "envoy.extensions.transport_sockets.tls.v3.CommonTlsContext."
+      "CombinedCertificateValidationContext.validation_context_sds_secret_config",
+      "envoy.extensions.transport_sockets.tls.v3.CommonTlsContext.alpn_protocols",
+      "envoy.extensions.transport_sockets.tls.v3.TlsParameters.tls_minimum_protocol_version",
+      "envoy.extensions.transport_sockets.tls.v3.TlsParameters.tls_maximum_protocol_version",
+      "envoy.extensions.transport_sockets.tls.v3.TlsParameters.cipher_suites",
+      "envoy.extensions.transport_sockets.tls.v3.TlsParameters.ecdh_curves",
+      "envoy.extensions.transport_sockets.tls.v3.TlsCertificate.certificate_chain",
+      "envoy.extensions.transport_sockets.tls.v3.TlsCertificate.private_key",
+      "envoy.extensions.transport_sockets.tls.v3.TlsCertificate.password",
+      "envoy.extensions.transport_sockets.tls.v3.TlsSessionTicketKeys.keys",
+      "envoy.extensions.transport_sockets.tls.v3.CertificateValidationContext.trusted_ca",
+      "envoy.extensions.transport_sockets.tls.v3.CertificateValidationContext.crl",
+      "envoy.extensions.transport_sockets.tls.v3.CertificateValidationContext."
+      "allow_expired_certificate",
+      "envoy.extensions.transport_sockets.tls.v3.CertificateValidationContext."
+      "trust_chain_verification",
+      "envoy.extensions.transport_sockets.tls.v3.CertificateValidationContext."
+      "match_typed_subject_alt_names",
+      "envoy.extensions.transport_sockets.tls.v3.CertificateValidationContext."
+      "match_subject_alt_names",
+      "envoy.extensions.transport_sockets.tls.v3.CertificateValidationContext.max_verify_depth",
+      "envoy.extensions.transport_sockets.tls.v3.SubjectAltNameMatcher.san_type",
+      "envoy.extensions.transport_sockets.tls.v3.SubjectAltNameMatcher.matcher",
+      "envoy.extensions.transport_sockets.tls.v3.SdsSecretConfig.name",
+      "envoy.extensions.transport_sockets.tls.v3.Secret.name",
+      "envoy.extensions.transport_sockets.tls.v3.Secret.tls_certificate",
+      "envoy.extensions.transport_sockets.tls.v3.Secret.session_ticket_keys",
+      "envoy.extensions.transport_sockets.tls.v3.Secret.validation_context",
       "envoy.config.listener.v3.Filter.name",
       "envoy.config.listener.v3.Filter.typed_config",
       // http connection manager
-      "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager.codec_type",
-      "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager.stat_prefix",
-      "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager.route_config",
-      "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager.http_filters",
+      "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager.codec_"
+      "type",
+      "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager.stat_"
+      "prefix",
+      "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager.route_"
+      "config",
+      "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager.http_"
+      "filters",
       "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager."
       "common_http_protocol_options",
       "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager."
       "http_protocol_options",
-      "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager.server_name",
+      "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager.server_"
+      "name",
       "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager."
       "server_header_transformation",
       "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager."
@@ -280,12 +361,13 @@ const std::set<std::string>& Supported() {
 
 // Why a well-known unsupported field is refused, where a plain "not supported" would not help.
 std::string Hint(const std::string& full) {
-  if (full == "envoy.config.listener.v3.FilterChain.transport_socket" ||
-      full == "envoy.config.listener.v3.FilterChain.filter_chain_match") {
-    return " (TLS termination is not implemented yet)";
+  if (full == "envoy.config.cluster.v3.Cluster.transport_socket" ||
+      full == "envoy.config.cluster.v3.Cluster.transport_socket_matches") {
+    return " (TLS origination is not implemented yet: traffic would go out in cleartext)";
   }
-  if (full == "envoy.config.cluster.v3.Cluster.transport_socket") {
-    return " (TLS origination is not implemented yet)";
+  if (full == "envoy.extensions.transport_sockets.tls.v3.SdsSecretConfig.sds_config") {
+    return " (SDS is not implemented yet; a secret without sds_config comes from "
+           "static_resources.secrets)";
   }
   if (full == "envoy.config.route.v3.RouteAction.retry_policy" ||
       full == "envoy.config.route.v3.VirtualHost.retry_policy") {
@@ -298,9 +380,8 @@ std::string Hint(const std::string& full) {
 const std::set<std::string>& Ignorable() {
   static const auto* s = new std::set<std::string>{
       "envoy.config.listener.v3.Listener.traffic_direction",
-      "envoy.config.listener.v3.Listener.listener_filters_timeout",
-      "envoy.config.listener.v3.Listener.continue_on_listener_filters_timeout",
       "envoy.config.listener.v3.Listener.bind_to_port",
+      "envoy.extensions.filters.listener.tls_inspector.v3.TlsInspector.initial_read_buffer_size",
       "envoy.config.cluster.v3.Cluster.dns_refresh_rate",
       "envoy.config.cluster.v3.Cluster.respect_dns_ttl",
       "envoy.config.cluster.v3.Cluster.cleanup_interval",
@@ -377,15 +458,15 @@ void Check(const Message& msg, const std::string& prefix, const FieldPath& path,
         const auto* td =
             google::protobuf::DescriptorPool::generated_pool()->FindMessageTypeByName(type);
         if (!td) {
-          errors->push_back(absl::StrCat(prefix, sub_path.str(), ": unsupported type '",
-                                         any.type_url(), "'"));
+          errors->push_back(
+              absl::StrCat(prefix, sub_path.str(), ": unsupported type '", any.type_url(), "'"));
           return;
         }
         std::unique_ptr<Message> inner(
             google::protobuf::MessageFactory::generated_factory()->GetPrototype(td)->New());
         if (!any.UnpackTo(inner.get())) {
-          errors->push_back(absl::StrCat(prefix, sub_path.str(), ": cannot decode '",
-                                         any.type_url(), "'"));
+          errors->push_back(
+              absl::StrCat(prefix, sub_path.str(), ": cannot decode '", any.type_url(), "'"));
           return;
         }
         Check(*inner, prefix, sub_path, errors, ignored);

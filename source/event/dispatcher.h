@@ -102,8 +102,9 @@ class FileEvent {
 template <class T, void (T::*M)(uint32_t)>
 class MemberFileEvent final : public FileEvent {
  public:
-  MemberFileEvent(Dispatcher& d, int fd, uint32_t interest, T* owner)
-      : FileEvent(d, fd, interest), owner_(owner) {}
+  MemberFileEvent(Dispatcher& d, int fd, uint32_t interest, T* owner,
+                  Trigger trigger = Trigger::kLevel)
+      : FileEvent(d, fd, interest, trigger), owner_(owner) {}
 
  private:
   void OnEvents(uint32_t events) override { (owner_->*M)(events); }

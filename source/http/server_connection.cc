@@ -555,6 +555,10 @@ void ServerConnection::Close(bool flush) {
 }
 
 void ServerConnection::OnEvent(ConnectionEvent event) {
+  if (event == ConnectionEvent::kConnected) {
+    OnTransportConnected();
+    return;
+  }
   if (event == ConnectionEvent::kRemoteClose || event == ConnectionEvent::kLocalClose) {
     if (upgraded_ && stream_active_ && event == ConnectionEvent::kRemoteClose) {
       // The client ended the tunnel: what it sent is flushed upstream, then both sides close.

@@ -54,11 +54,14 @@ class ServerConnection : public ConnectionCallbacks,
   void OnDataSpliced(uint64_t bytes) override;
   bool response_started() const override { return response_started_; }
   std::string remote_ip() const override;
-  bool is_tls() const override { return false; }
+  bool is_tls() const override { return !conn_->plaintext(); }
 
  protected:
   // Runs once when the connection closes (the owner then defer-deletes it); not on destruction.
   virtual void OnClosed() {}
+  // The transport's handshake (TLS) is done.
+  virtual void OnTransportConnected() {}
+  Connection& connection() { return *conn_; }
 
  private:
   void OnTimer();

@@ -109,7 +109,8 @@ std::string Admin::Handle(const RequestHead& head, int* status, std::string* con
     return "OK\n";
   }
   if (path == "/") {
-    return "rpx admin\n  /ready\n  /stats\n  /server_info\n  /config_dump\n  /quitquitquit (POST)\n";
+    return "rpx admin\n  /ready\n  /stats\n  /server_info\n  /config_dump\n  /quitquitquit "
+           "(POST)\n";
   }
   *status = 404;
   return absl::StrCat("unknown admin path: ", path, "\n");
@@ -122,11 +123,11 @@ std::string Admin::StatsText() const {
     const ClusterStats* s = c.stats.get();
     uint32_t n = c.stats_slots;
     std::string p = absl::StrCat("cluster.", name, ".");
-#define RPX_CLUSTER_STAT(field)                                       \
-  {                                                                   \
-    int64_t total = 0;                                                \
-    for (uint32_t i = 0; i < n; ++i) total += s[i].field.Value();     \
-    out[p + #field] = total;                                          \
+#define RPX_CLUSTER_STAT(field)                                   \
+  {                                                               \
+    int64_t total = 0;                                            \
+    for (uint32_t i = 0; i < n; ++i) total += s[i].field.Value(); \
+    out[p + #field] = total;                                      \
   }
     RPX_CLUSTER_STAT(upstream_cx_total)
     RPX_CLUSTER_STAT(upstream_cx_active)
@@ -155,29 +156,50 @@ std::string Admin::StatsText() const {
     out[p + "circuit_breakers.default.rq_pending_open_count"] = c.resources->pending();
   }
   for (const auto& l : config_.listeners) {
-    if (!l->connection_limit) continue;
-    const ConnectionLimit& cl = *l->connection_limit;
-    std::string p = absl::StrCat("connection_limit.", cl.stat_prefix, ".");
-    out[p + "active_connections"] = cl.state->active.load(std::memory_order_relaxed);
-    out[p + "limited_connections"] = cl.state->limited.load(std::memory_order_relaxed);
+    for (const auto& chain : l->chains) {
+      if (!chain->connection_limit) continue;
+      const ConnectionLimit& cl = *chain->connection_limit;
+      std::string p = absl::StrCat("connection_limit.", cl.stat_prefix, ".");
+      out[p + "active_connections"] = cl.state->active.load(std::memory_order_relaxed);
+      out[p + "limited_connections"] = cl.state->limited.load(std::memory_order_relaxed);
+    }
   }
-  std::map<std::string, bool> seen_prefix;
+  // Listener counters (Envoy's listener.<stat_prefix>.*), summed over workers and over
+  // listeners that share a stat_prefix.
   for (const auto& l : config_.listeners) {
-    const HttpConfig& h = *l->http;
-    if (seen_prefix[h.stat_prefix]) continue;  // listeners may share a stat_prefix
-    seen_prefix[h.stat_prefix] = true;
-    // Listeners sharing a stat_prefix each have their own blocks; sum them all.
-    std::string p = absl::StrCat("http.", h.stat_prefix, ".");
-#define RPX_HTTP_STAT(field)                                                   \
-  {                                                                            \
-    int64_t total = 0;                                                         \
-    for (const auto& l2 : config_.listeners) {                                 \
-      if (l2->http->stat_prefix != h.stat_prefix) continue;                    \
-      for (uint32_t i = 0; i < l2->http->stats_slots; ++i) {                   \
-        total += l2->http->stats[i].field.Value();                             \
-      }                                                                        \
-    }                                                                          \
-    out[p + #field] = total;                                                   \
+    std::string p = absl::StrCat("listener.", l->stat_prefix, ".");
+    auto add = [&](const std::string& name, uint64_t v) { out[p + name] += v; };
+    for (uint32_t i = 0; i < l->stats->slots; ++i) {
+      const ListenerStats& st = l->stats->stats[i];
+      add("downstream_cx_total", st.downstream_cx_total.Value());
+      add("no_filter_chain_match", st.no_filter_chain_match.Value());
+      add("downstream_pre_cx_timeout", st.downstream_pre_cx_timeout.Value());
+      add("downstream_cx_transport_socket_connect_timeout", st.ssl_handshake_timeout.Value());
+      add("ssl.handshake", st.ssl_handshake.Value());
+      add("ssl.connection_error", st.ssl_connection_error.Value());
+      add("ssl.session_reused", st.ssl_session_reused.Value());
+      add("ssl.no_certificate", st.ssl_no_certificate.Value());
+    }
+  }
+  // HTTP connection manager counters (http.<stat_prefix>.*): every chain's, summed over chains
+  // and listeners that share a stat_prefix.
+  std::vector<const HttpConfig*> https;
+  for (const auto& l : config_.listeners) {
+    for (const auto& chain : l->chains) https.push_back(chain->http.get());
+  }
+  for (const HttpConfig* h : https) {
+    std::string p = absl::StrCat("http.", h->stat_prefix, ".");
+    if (out.count(p + "downstream_cx_total")) continue;  // counted with an earlier one
+#define RPX_HTTP_STAT(field)                           \
+  {                                                    \
+    int64_t total = 0;                                 \
+    for (const HttpConfig* h2 : https) {               \
+      if (h2->stat_prefix != h->stat_prefix) continue; \
+      for (uint32_t i = 0; i < h2->stats_slots; ++i) { \
+        total += h2->stats[i].field.Value();           \
+      }                                                \
+    }                                                  \
+    out[p + #field] = total;                           \
   }
     RPX_HTTP_STAT(downstream_cx_total)
     RPX_HTTP_STAT(downstream_cx_active)

@@ -94,6 +94,9 @@ ConfigManager::ConfigManager(Dispatcher& main, std::vector<std::unique_ptr<Worke
       concurrency_(concurrency),
       drain_ms_(drain_ms) {
   static_clusters_ = config_.clusters;
+  for (const auto& secret : bootstrap_.static_resources().secrets()) {
+    static_secrets_[secret.name()] = secret;
+  }
   for (const auto& [name, c] : static_clusters_) {
     if (c.info->eds) static_eds_waiting_.insert(name);
   }
@@ -116,6 +119,7 @@ BuildOptions ConfigManager::Options(const std::string& source) const {
   BuildOptions o;
   o.stats_slots = concurrency_;
   o.source = source;
+  o.secrets = static_secrets_;
   return o;
 }
 
@@ -145,7 +149,7 @@ bool ConfigManager::StartStatic(std::string* error) {
     opened.emplace_back(l, std::move(fds));
   }
   for (auto& [l, fds] : opened) {
-    if (!l->rds_name.empty()) {
+    if (l->uses_rds()) {
       // A static listener with RDS warms like a dynamic one.
       DynListener& d = listeners_[l->name];
       d.is_static = true;
@@ -153,7 +157,7 @@ bool ConfigManager::StartStatic(std::string* error) {
       d.pending_fds = std::move(fds);
       std::string name = l->name;
       d.warm_timer = main_.CreateTimer([this, name] { TryActivate(name, true); });
-      d.warm_timer->Enable(l->initial_fetch_timeout_ms);
+      d.warm_timer->Enable(InitialFetchTimeoutMs(*l));
       continue;
     }
     static_listeners_.push_back(l);
@@ -429,16 +433,11 @@ std::string ConfigManager::ApplyListeners(const XdsResourceMap& resources,
       continue;
     }
     const DynListener* o = old != listeners_.end() ? &old->second : nullptr;
-    if (o && cfg->connection_limit) {
-      // The connections open under the previous version keep counting against the cap.
+    if (o) {
+      // The connections open under the previous version keep counting against each chain's
+      // cap (chains are matched by name).
       const auto& prev = o->pending ? o->pending : o->active;
-      if (prev && prev->connection_limit) {
-        auto limit = std::make_shared<ConnectionLimit>(*cfg->connection_limit);
-        limit->state = prev->connection_limit->state;
-        auto copy = std::make_shared<ListenerConfig>(*cfg);
-        copy->connection_limit = std::move(limit);
-        cfg = std::move(copy);
-      }
+      if (prev) cfg = CarryConnectionLimits(*prev, std::move(cfg));
     }
     Built b;
     b.config = cfg;
@@ -527,9 +526,11 @@ std::string ConfigManager::ApplyListeners(const XdsResourceMap& resources,
       std::string n = name;
       d.warm_timer = main_.CreateTimer([this, n] { TryActivate(n, true); });
     }
-    if (!d.pending->rds_name.empty() && !routes_.count(d.pending->rds_name)) {
-      d.warm_timer->Enable(d.pending->initial_fetch_timeout_ms);
+    bool missing = false;
+    for (const auto& c : d.pending->chains) {
+      missing |= !c->rds_name.empty() && !routes_.count(c->rds_name);
     }
+    if (missing) d.warm_timer->Enable(InitialFetchTimeoutMs(*d.pending));
     TryActivate(name, false);
   }
   RefreshRdsNames();
@@ -541,20 +542,12 @@ void ConfigManager::TryActivate(const std::string& name, bool timed_out) {
   auto it = listeners_.find(name);
   if (it == listeners_.end() || !it->second.pending) return;
   DynListener& d = it->second;
-  auto cfg = std::make_shared<ListenerConfig>(*d.pending);
-  if (!cfg->rds_name.empty()) {
-    auto r = routes_.find(cfg->rds_name);
-    if (r != routes_.end()) {
-      cfg->routes = r->second.table;
-    } else if (!timed_out) {
-      return;  // warming: waits for its RouteConfiguration
-    } else {
-      RPX_LOG(kWarn, "listener '%s': route config '%s' did not arrive in time; serving 404s", name,
-              cfg->rds_name);
-      envoy::config::route::v3::RouteConfiguration empty;
-      empty.set_name(cfg->rds_name);
-      cfg->routes = *RouteTable::Create(empty, "route_config");
-    }
+  std::vector<std::string> missing;
+  auto cfg = WithRouteTables(*d.pending, /*empty_if_missing=*/timed_out, &missing);
+  if (!missing.empty()) {
+    if (!timed_out) return;  // warming: waits for its RouteConfigurations
+    RPX_LOG(kWarn, "listener '%s': route config %s did not arrive in time; serving 404s", name,
+            absl::StrJoin(missing, ", "));
   }
   for (int fd : d.pending_fds) {
     auto st = StartListening(fd, cfg->address, kListenBacklog, cfg->socket_options);
@@ -669,12 +662,15 @@ std::string ConfigManager::ApplyRoutes(const XdsResourceMap& resources,
       TryActivate(name, false);
       continue;
     }
-    if (!d.active || d.active->rds_name.empty()) continue;
-    auto r = routes_.find(d.active->rds_name);
-    if (r == routes_.end() || r->second.table == d.active->routes) continue;
-    // One immutable table swapped on every worker; requests in flight keep the old one.
-    auto cfg = std::make_shared<ListenerConfig>(*d.active);
-    cfg->routes = r->second.table;
+    if (!d.active || !d.active->uses_rds()) continue;
+    std::vector<std::string> missing;
+    auto cfg = WithRouteTables(*d.active, /*empty_if_missing=*/false, &missing);
+    bool changed = false;
+    for (size_t i = 0; i < cfg->chains.size(); ++i) {
+      changed |= cfg->chains[i]->routes != d.active->chains[i]->routes;
+    }
+    if (!changed) continue;
+    // Immutable tables swapped on every worker; requests in flight keep the old ones.
     pending->fetch_add(static_cast<int>(workers_.size()));
     for (auto& w : workers_) w->UpdateListener(cfg, applied);
     d.active = cfg;
@@ -684,12 +680,69 @@ std::string ConfigManager::ApplyRoutes(const XdsResourceMap& resources,
   return "";
 }
 
+std::shared_ptr<const ListenerConfig> ConfigManager::WithRouteTables(
+    const ListenerConfig& l, bool empty_if_missing, std::vector<std::string>* missing) const {
+  auto cfg = std::make_shared<ListenerConfig>(l);
+  for (auto& chain : cfg->chains) {
+    if (chain->rds_name.empty()) continue;
+    auto r = routes_.find(chain->rds_name);
+    std::shared_ptr<const RouteTable> table;
+    if (r != routes_.end()) {
+      table = r->second.table;
+    } else {
+      missing->push_back(absl::StrCat("'", chain->rds_name, "'"));
+      if (!empty_if_missing) continue;
+      envoy::config::route::v3::RouteConfiguration empty;
+      empty.set_name(chain->rds_name);
+      table = *RouteTable::Create(empty, "route_config");
+    }
+    if (table == chain->routes) continue;
+    auto c = std::make_shared<FilterChainConfig>(*chain);
+    c->routes = std::move(table);
+    chain = std::move(c);
+  }
+  return cfg;
+}
+
+std::shared_ptr<const ListenerConfig> ConfigManager::CarryConnectionLimits(
+    const ListenerConfig& prev, std::shared_ptr<const ListenerConfig> next) {
+  std::shared_ptr<ListenerConfig> copy;
+  for (size_t i = 0; i < next->chains.size(); ++i) {
+    const auto& chain = next->chains[i];
+    if (!chain->connection_limit) continue;
+    for (const auto& p : prev.chains) {
+      if (p->name != chain->name || !p->connection_limit) continue;
+      if (!copy) copy = std::make_shared<ListenerConfig>(*next);
+      auto limit = std::make_shared<ConnectionLimit>(*chain->connection_limit);
+      limit->state = p->connection_limit->state;
+      auto c = std::make_shared<FilterChainConfig>(*chain);
+      c->connection_limit = std::move(limit);
+      copy->chains[i] = std::move(c);
+      break;
+    }
+  }
+  return copy ? copy : next;
+}
+
+uint64_t ConfigManager::InitialFetchTimeoutMs(const ListenerConfig& l) {
+  uint64_t ms = 0;
+  for (const auto& c : l.chains) {
+    if (!c->rds_name.empty() && (ms == 0 || c->initial_fetch_timeout_ms < ms)) {
+      ms = c->initial_fetch_timeout_ms;
+    }
+  }
+  return ms;
+}
+
 void ConfigManager::RefreshRdsNames() {
   if (!xds_) return;
   std::set<std::string> names;
   for (const auto& [name, d] : listeners_) {
-    const auto& c = d.pending ? d.pending : d.active;
-    if (c && !c->rds_name.empty()) names.insert(c->rds_name);
+    const auto& l = d.pending ? d.pending : d.active;
+    if (!l) continue;
+    for (const auto& c : l->chains) {
+      if (!c->rds_name.empty()) names.insert(c->rds_name);
+    }
   }
   xds_->SetNames(kRouteType, names);
   for (auto it = routes_.begin(); it != routes_.end();) {

@@ -108,6 +108,16 @@ class ConfigManager : public XdsApplier {
   void PublishClusters();
   void RefreshEdsNames();
   void RefreshRdsNames();
+  // `l` with each RDS chain's table from routes_. The names not arrived go to `missing`; those
+  // chains keep what they have, or with `empty_if_missing` get an empty table (404s).
+  std::shared_ptr<const ListenerConfig> WithRouteTables(const ListenerConfig& l,
+                                                        bool empty_if_missing,
+                                                        std::vector<std::string>* missing) const;
+  // `next` with each chain's connection_limit counting on from `prev`'s chain of the same name.
+  static std::shared_ptr<const ListenerConfig> CarryConnectionLimits(
+      const ListenerConfig& prev, std::shared_ptr<const ListenerConfig> next);
+  // The shortest initial_fetch_timeout of the listener's RDS chains.
+  static uint64_t InitialFetchTimeoutMs(const ListenerConfig& l);
   void TryActivate(const std::string& name, bool timed_out);
   void ActivateListener(DynListener& l, std::shared_ptr<const ListenerConfig> config,
                         std::vector<int> fds);
@@ -126,6 +136,7 @@ class ConfigManager : public XdsApplier {
   XdsClient* xds_ = nullptr;
   bool connected_ = false;
   ClusterMap static_clusters_;
+  SecretMap static_secrets_;  // static_resources.secrets, for TLS contexts of dynamic resources
   // Static EDS clusters (by cluster name) whose first ClusterLoadAssignment has not arrived.
   std::set<std::string> static_eds_waiting_;
   std::vector<std::shared_ptr<const ListenerConfig>> static_listeners_;

@@ -5,7 +5,9 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "source/common/assert.h"
 #include "source/common/logger.h"
+#include "source/tls/tls_transport.h"
 
 namespace rpx {
 
@@ -43,8 +45,7 @@ void Worker::AddListenerNow(std::shared_ptr<const ListenerConfig> config, int fd
   auto l = std::make_unique<ActiveListener>();
   l->worker = this;
   l->config = config;
-  l->router = std::make_unique<Router>(dispatcher_, config->http, config->routes, clusters_,
-                                       random_, StatsFor(*config));
+  UpdateRouters(*l);
   ActiveListener* raw = l.get();
   Listener::AcceptCallback accept = [this, raw](int cfd, const SocketAddress& peer) {
     OnAccept(*raw, cfd, peer);
@@ -59,6 +60,7 @@ void Worker::AddListenerNow(std::shared_ptr<const ListenerConfig> config, int fd
       it->second->listener->TakeQueued(accept);
     }
     it->second->listener.reset();
+    EndInspections(*it->second);
     std::vector<ServerConnection*> open = it->second->connections.Snapshot();
     if (!open.empty()) {
       ActiveListener* raw_old = it->second.get();
@@ -79,7 +81,7 @@ void Worker::UpdateListener(std::shared_ptr<const ListenerConfig> config,
     if (it != listeners_.end()) {
       ActiveListener& l = *it->second;
       l.config = config;
-      l.router->Update(config->http, config->routes, StatsFor(*config));
+      UpdateRouters(l);
     }
     if (applied) applied();
   });
@@ -92,6 +94,7 @@ void Worker::RemoveListener(const std::string& name, uint64_t drain_ms) {
     std::unique_ptr<ActiveListener> l = std::move(it->second);
     listeners_.erase(it);
     l->listener.reset();  // stop accepting; the socket closes
+    EndInspections(*l);
     std::vector<ServerConnection*> open = l->connections.Snapshot();
     ActiveListener* raw = l.get();
     if (!open.empty()) {
@@ -118,30 +121,193 @@ uint64_t SteadyMs() {
 }
 }  // namespace
 
-void Worker::OnAccept(ActiveListener& l, int fd, const SocketAddress& peer) {
-  LimitSlot slot;
-  if (l.config->connection_limit) {
-    if (!l.config->connection_limit->TryAcquire()) {
-      Reject(fd, l.config->connection_limit->delay_ms);
-      return;
+void Worker::UpdateRouters(ActiveListener& l) {
+  const auto& chains = l.config->chains;
+  for (size_t i = 0; i < chains.size(); ++i) {
+    const FilterChainConfig& c = *chains[i];
+    if (i < l.routers.size()) {
+      l.routers[i]->Update(c.http, c.routes, StatsFor(*c.http));
+    } else {
+      l.routers.push_back(std::make_unique<Router>(dispatcher_, c.http, c.routes, clusters_,
+                                                   random_, StatsFor(*c.http)));
     }
-    slot = LimitSlot(l.config->connection_limit);
   }
-  auto conn = std::make_unique<Connection>(dispatcher_, fd, false, l.config->buffer_limit,
-                                           /*nodelay_set=*/true);
-  l.connections.Add(new OpenConnection(l, std::move(slot), std::move(conn), peer));
 }
 
-Worker::OpenConnection::OpenConnection(ActiveListener& listener, LimitSlot slot,
+namespace {
+SocketAddress LocalAddress(int fd) {
+  sockaddr_storage ss;
+  socklen_t len = sizeof(ss);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return SocketAddress();
+  return SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&ss), len);
+}
+}  // namespace
+
+void Worker::OnAccept(ActiveListener& l, int fd, const SocketAddress& peer) {
+  const ListenerConfig& c = *l.config;
+  StatsFor(c).downstream_cx_total.Inc();
+  if (c.single_catch_all) {
+    Serve(l, fd, peer, 0);
+    return;
+  }
+  if (c.inspect_tls) {
+    auto* i = new Inspection(l, fd, peer);
+    i->next = l.inspecting;
+    if (l.inspecting) l.inspecting->prev = i;
+    l.inspecting = i;
+    return;
+  }
+  ConnectionFacts facts;
+  facts.peer = peer;
+  if (c.needs_local_address) facts.local = LocalAddress(fd);
+  Serve(l, fd, peer, c.SelectChain(facts));
+}
+
+void Worker::Serve(ActiveListener& l, int fd, const SocketAddress& peer, int chain) {
+  const ListenerConfig& c = *l.config;
+  if (chain < 0) {
+    StatsFor(c).no_filter_chain_match.Inc();
+    ::close(fd);
+    return;
+  }
+  RPX_ASSERT(static_cast<size_t>(chain) < c.chains.size() && l.routers.size() >= c.chains.size());
+  const FilterChainConfig& fc = *c.chains[chain];
+  LimitSlot slot;
+  if (fc.connection_limit) {
+    if (!fc.connection_limit->TryAcquire()) {
+      Reject(fd, fc.connection_limit->delay_ms);
+      return;
+    }
+    slot = LimitSlot(fc.connection_limit);
+  }
+  auto conn = std::make_unique<Connection>(dispatcher_, fd, false, c.buffer_limit,
+                                           /*nodelay_set=*/true);
+  if (fc.tls) conn->SetTransport(std::make_unique<TlsTransport>(fc.tls), fc.handshake_timeout_ms);
+  l.connections.Add(new OpenConnection(l, chain, std::move(slot), std::move(conn), peer));
+}
+
+void Worker::EndInspections(ActiveListener& l) {
+  while (l.inspecting) delete l.inspecting;  // unlinks itself and closes its socket
+}
+
+Worker::ActiveListener::~ActiveListener() {
+  while (inspecting) delete inspecting;
+}
+
+Worker::Inspection::Inspection(ActiveListener& listener, int fd, const SocketAddress& peer)
+    : listener_(&listener),
+      dispatcher_(listener.worker->dispatcher_),
+      fd_(fd),
+      peer_(peer),
+      // Edge-triggered: a ClientHello that is not whole yet is reported again only when more of
+      // it arrives (peeking consumes nothing, so level triggering would report it forever).
+      event_(listener.worker->dispatcher_, fd, FileEvent::kRead, this, FileEvent::Trigger::kEdge),
+      timer_(listener.worker->dispatcher_, this) {
+  timer_.Enable(listener.config->listener_filters_timeout_ms);
+}
+
+Worker::Inspection::~Inspection() {
+  if (fd_ >= 0) {
+    event_.UnregisterForClose();
+    ::close(fd_);
+  }
+  Unlink();
+}
+
+void Worker::Inspection::Unlink() {
+  if (prev) prev->next = next;
+  if (next) next->prev = prev;
+  if (listener_ && listener_->inspecting == this) listener_->inspecting = next;
+  prev = next = nullptr;
+  listener_ = nullptr;
+}
+
+void Worker::Inspection::OnReadable(uint32_t) {
+  // One buffer per worker thread: a ClientHello is looked at in place, never copied.
+  static thread_local uint8_t buf[kMaxClientHelloBytes];
+  ssize_t n = ::recv(fd_, buf, sizeof(buf), MSG_PEEK);
+  if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+  if (n <= 0) {  // gone before a chain was chosen
+    Unlink();
+    dispatcher_.DeferredDelete(std::unique_ptr<DeferredDeletable>(this));
+    return;
+  }
+  ClientHelloInfo hello;
+  switch (InspectClientHello(buf, static_cast<size_t>(n), &hello)) {
+    case InspectResult::kNeedMoreData:
+      return;
+    case InspectResult::kTls:
+      Finish(&hello);
+      return;
+    case InspectResult::kNotTls:
+      Finish(nullptr);
+      return;
+  }
+}
+
+void Worker::Inspection::OnTimeout() {
+  const ListenerConfig& c = *listener_->config;
+  if (c.continue_on_listener_filters_timeout) {
+    Finish(nullptr);
+    return;
+  }
+  listener_->worker->StatsFor(c).downstream_pre_cx_timeout.Inc();
+  Unlink();
+  dispatcher_.DeferredDelete(std::unique_ptr<DeferredDeletable>(this));
+}
+
+void Worker::Inspection::Finish(const ClientHelloInfo* hello) {
+  ActiveListener& l = *listener_;
+  const ListenerConfig& c = *l.config;
+  ConnectionFacts facts;
+  facts.peer = peer_;
+  if (c.needs_local_address) facts.local = LocalAddress(fd_);
+  if (hello) {
+    facts.transport_protocol = "tls";
+    facts.server_name = hello->server_name;
+    facts.application_protocols = &hello->alpn;
+  }
+  int chain = c.SelectChain(facts);
+  timer_.Disable();
+  event_.Unregister();  // the socket gets a file event of its own next
+  int fd = fd_;
+  fd_ = -1;
+  Unlink();
+  l.worker->Serve(l, fd, peer_, chain);
+  dispatcher_.DeferredDelete(std::unique_ptr<DeferredDeletable>(this));
+}
+
+Worker::OpenConnection::OpenConnection(ActiveListener& listener, size_t chain, LimitSlot slot,
                                        std::unique_ptr<Connection> conn, const SocketAddress& peer)
-    : ServerConnection(std::move(conn), listener.config->http,
-                       listener.worker->StatsFor(*listener.config), *listener.router, peer),
+    : ServerConnection(std::move(conn), listener.config->chains[chain]->http,
+                       listener.worker->StatsFor(*listener.config->chains[chain]->http),
+                       *listener.routers[chain], peer),
       listener_(listener),
       slot_(std::move(slot)) {}
+
+void Worker::OpenConnection::OnTransportConnected() {
+  if (connection().plaintext()) return;
+  auto& tls = static_cast<TlsTransport&>(connection().transport());
+  ListenerStats& st = listener_.worker->StatsFor(*listener_.config);
+  st.ssl_handshake.Inc();
+  if (tls.session_reused()) st.ssl_session_reused.Inc();
+  if (!tls.has_peer_certificate()) st.ssl_no_certificate.Inc();
+}
 
 void Worker::OpenConnection::OnClosed() {
   ActiveListener* l = &listener_;
   Worker* w = l->worker;
+  if (connection().handshaking()) {
+    ListenerStats& st = w->StatsFor(*l->config);
+    if (connection().handshake_timed_out()) {
+      st.ssl_handshake_timeout.Inc();
+    } else {
+      st.ssl_connection_error.Inc();
+    }
+    RPX_LOG(kDebug, "listener '%s': TLS handshake with %s failed: %s", l->config->name, remote_ip(),
+            connection().handshake_timed_out() ? std::string("timed out")
+                                               : connection().transport().FailureReason());
+  }
   l->connections.Remove(this);
   slot_ = LimitSlot();  // the listener's limit counts open connections, not unfreed memory
   w->dispatcher_.DeferredDelete(std::unique_ptr<DeferredDeletable>(this));

@@ -19,6 +19,7 @@
 #include "source/event/dispatcher.h"
 #include "source/http/server_connection.h"
 #include "source/network/listener.h"
+#include "source/network/tls_inspector.h"
 #include "source/router/router.h"
 #include "source/upstream/worker_cluster.h"
 
@@ -76,16 +77,42 @@ class Worker {
   // keep-alive connection costs this and its Connection, no table slot or callback.
   class OpenConnection final : public ServerConnection {
    public:
-    OpenConnection(ActiveListener& listener, LimitSlot slot, std::unique_ptr<Connection> conn,
-                   const SocketAddress& peer);
+    OpenConnection(ActiveListener& listener, size_t chain, LimitSlot slot,
+                   std::unique_ptr<Connection> conn, const SocketAddress& peer);
     OpenConnection* prev = nullptr;  // links of the listener's ConnectionList
     OpenConnection* next = nullptr;
 
    private:
+    // Counts the TLS handshake in the listener's stats.
+    void OnTransportConnected() override;
     // Unlinks, gives the limit slot back and defer-deletes itself.
     void OnClosed() override;
     ActiveListener& listener_;
     LimitSlot slot_;
+  };
+  // An accepted connection whose ClientHello is being read (tls_inspector) before its filter
+  // chain is chosen; nothing is consumed from the socket. Owned by its listener's list.
+  class Inspection : public DeferredDeletable {
+   public:
+    Inspection(ActiveListener& listener, int fd, const SocketAddress& peer);
+    ~Inspection() override;  // closes the socket unless it was handed on; unlinks
+    Inspection* prev = nullptr;
+    Inspection* next = nullptr;
+
+   private:
+    void OnReadable(uint32_t events);
+    void OnTimeout();
+    // Chooses the chain with what was found and hands the socket on (or closes it).
+    void Finish(const ClientHelloInfo* hello);
+    // Leaves the listener's list (before a deferred delete, after which the listener may be
+    // gone).
+    void Unlink();
+    ActiveListener* listener_;  // null once unlinked
+    Dispatcher& dispatcher_;
+    int fd_;
+    SocketAddress peer_;
+    MemberFileEvent<Inspection, &Inspection::OnReadable> event_;
+    MemberTimer<Inspection, &Inspection::OnTimeout> timer_;
   };
   // A listener's open connections, owned: an intrusive list, so adding and removing one
   // allocates nothing. Destroying the list destroys them.
@@ -105,22 +132,34 @@ class Worker {
     OpenConnection* head_ = nullptr;
   };
   struct ActiveListener {
+    ~ActiveListener();
     Worker* worker = nullptr;
     std::shared_ptr<const ListenerConfig> config;
     std::unique_ptr<Listener> listener;
-    std::unique_ptr<Router> router;
+    // One per filter chain, by index. Never shrinks: a connection keeps a reference to its
+    // chain's router, so one a listener update dropped stays for the connections that use it.
+    std::vector<std::unique_ptr<Router>> routers;
     ConnectionList connections;
+    Inspection* inspecting = nullptr;  // list head
     std::unique_ptr<Timer> drain_timer;
   };
   void AddListenerNow(std::shared_ptr<const ListenerConfig> config, int fd);
+  // Points each chain's router at the chain's current routes and settings (new ones as needed).
+  void UpdateRouters(ActiveListener& l);
   void OnAccept(ActiveListener& l, int fd, const SocketAddress& peer);
+  // Starts serving an accepted connection on chain `chain` of the listener (-1: none matched,
+  // the connection is closed).
+  void Serve(ActiveListener& l, int fd, const SocketAddress& peer, int chain);
+  // Closes the connections whose ClientHello is still being read (a listener going away).
+  void EndInspections(ActiveListener& l);
   void FinishDrain(ActiveListener* l);
   void FreeDrained(ActiveListener* l);
   // Closes a connection refused by the listener's connection limit, now or after `delay_ms`.
   void Reject(int fd, uint64_t delay_ms);
   void CloseDueRejects();
-  HttpStats& StatsFor(const ListenerConfig& c) {
-    return c.http->stats[index_ % c.http->stats_slots];
+  HttpStats& StatsFor(const HttpConfig& c) { return c.stats[index_ % c.stats_slots]; }
+  ListenerStats& StatsFor(const ListenerConfig& c) {
+    return c.stats->stats[index_ % c.stats->slots];
   }
 
   uint32_t index_;

@@ -361,6 +361,20 @@ absl::StatusOr<std::shared_ptr<const TlsContext>> TlsContext::Create(const TlsCo
             return t ? t->TicketKey(ssl, name, iv, cctx, hctx, enc) : -1;
           });
     }
+    if (o.require_sni) {
+      SSL_CTX_set_client_hello_cb(
+          ctx,
+          [](SSL* ssl, int* alert, void*) {
+            const unsigned char* ext = nullptr;
+            size_t len = 0;
+            if (SSL_client_hello_get0_ext(ssl, TLSEXT_TYPE_server_name, &ext, &len) == 1) {
+              return SSL_CLIENT_HELLO_SUCCESS;
+            }
+            *alert = SSL_AD_UNRECOGNIZED_NAME;
+            return SSL_CLIENT_HELLO_ERROR;
+          },
+          nullptr);
+    }
     // One TLS 1.3 ticket per handshake (OpenSSL sends two by default): one is enough to resume.
     SSL_CTX_set_num_tickets(ctx, 1);
     SSL_CTX_set_timeout(ctx, o.session_timeout_s);

@@ -59,6 +59,7 @@ struct TlsContextOptions {
   std::vector<std::string> alpn;         // server: what it may select; client: what it offers
   TlsValidationOptions validation;
   bool require_client_certificate = false;  // server
+  bool require_sni = false;                 // server: a ClientHello without SNI is refused
   // Server session resumption.
   std::vector<std::string> ticket_keys;  // 80 bytes each: name(16) hmac(32) aes(32); first encrypts
   bool disable_tickets = false;          // disable_stateless_session_resumption

@@ -23,7 +23,15 @@ TlsTransport::TlsTransport(std::shared_ptr<const TlsContext> context, const std:
   }
 }
 
-TlsTransport::~TlsTransport() { SSL_free(ssl_); }
+TlsTransport::~TlsTransport() {
+  // A connection that simply closed (no close_notify either way, as most clients do) still ends
+  // a good session: without this OpenSSL drops it from the session cache, and the client's next
+  // resumption by session id fails. A failed connection's session is dropped as it should be.
+  if (!failed_ && SSL_is_init_finished(ssl_)) {
+    SSL_set_shutdown(ssl_, SSL_SENT_SHUTDOWN | SSL_RECEIVED_SHUTDOWN);
+  }
+  SSL_free(ssl_);
+}
 
 TlsTransport::Status TlsTransport::Classify(int ret, const char* op) {
   int err = SSL_get_error(ssl_, ret);

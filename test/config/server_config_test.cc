@@ -93,12 +93,12 @@ TEST(ServerConfigTest, BuildsEverySetting) {
   ASSERT_EQ(c.listeners.size(), 1u);
   const ListenerConfig& l = *c.listeners[0];
   EXPECT_EQ(l.buffer_limit, 65536u);
-  EXPECT_EQ(l.http->stat_prefix, "ingress");
-  EXPECT_EQ(l.http->stream_idle_timeout_ms, 10000u);
-  EXPECT_EQ(l.http->request_timeout_ms, 20000u);
-  EXPECT_EQ(l.http->max_request_headers_kb, 30u);
-  EXPECT_EQ(l.http->idle_timeout_ms, 60000u);
-  EXPECT_EQ(l.http->max_headers_count, 50u);
+  EXPECT_EQ(l.chains[0]->http->stat_prefix, "ingress");
+  EXPECT_EQ(l.chains[0]->http->stream_idle_timeout_ms, 10000u);
+  EXPECT_EQ(l.chains[0]->http->request_timeout_ms, 20000u);
+  EXPECT_EQ(l.chains[0]->http->max_request_headers_kb, 30u);
+  EXPECT_EQ(l.chains[0]->http->idle_timeout_ms, 60000u);
+  EXPECT_EQ(l.chains[0]->http->max_headers_count, 50u);
   ASSERT_TRUE(c.admin_address.has_value());
   const ClusterEntry& web = c.clusters.at("web");
   EXPECT_EQ(web.info->connect_timeout_ms, 2000u);
@@ -167,8 +167,14 @@ TEST(ServerConfigTest, UnsupportedFieldsAreErrorsNotIgnored) {
   EXPECT_THAT(errors[0], HasSubstr("needs dynamic_resources.ads_config"));
   e = OnlyError(
       Replace(kGood, "    - filters:\n", "    - transport_socket: {name: tls}\n      filters:\n"));
-  EXPECT_THAT(e, HasSubstr("filter_chains[0].transport_socket"));
-  EXPECT_THAT(e, HasSubstr("TLS"));
+  EXPECT_THAT(e, HasSubstr("filter_chains[0].transport_socket: transport socket 'tls' is not "
+                           "supported (envoy.transport_sockets.tls with a DownstreamTlsContext"));
+  // Upstream TLS is not implemented: refused, never sent in cleartext.
+  e = OnlyError(Replace(kGood, "    connect_timeout: 2s\n",
+                        "    connect_timeout: 2s\n    transport_socket: {name: "
+                        "envoy.transport_sockets.tls}\n"));
+  EXPECT_THAT(e, HasSubstr("clusters[0].transport_socket"));
+  EXPECT_THAT(e, HasSubstr("traffic would go out in cleartext"));
 }
 
 TEST(ServerConfigTest, UpgradeConfigs) {
@@ -178,7 +184,7 @@ TEST(ServerConfigTest, UpgradeConfigs) {
   ServerConfig c;
   std::vector<std::string> errors;
   ASSERT_TRUE(Build(yaml, &c, &errors)) << ::testing::PrintToString(errors);
-  const auto& u = c.listeners[0]->http->upgrades;
+  const auto& u = c.listeners[0]->chains[0]->http->upgrades;
   ASSERT_EQ(u.size(), 2u);
   EXPECT_EQ(u[0].type, "websocket");
   EXPECT_TRUE(u[0].enabled);
@@ -222,7 +228,7 @@ TEST(ServerConfigTest, ConnectionLimit) {
                                                             "          delay: 0.1s\n"),
                     &c, &errors))
       << ::testing::PrintToString(errors);
-  const auto& limit = c.listeners[0]->connection_limit;
+  const auto& limit = c.listeners[0]->chains[0]->connection_limit;
   ASSERT_TRUE(limit);
   EXPECT_EQ(limit->stat_prefix, "cap");
   EXPECT_EQ(limit->max_connections, 500u);
@@ -240,7 +246,7 @@ TEST(ServerConfigTest, ConnectionLimit) {
                                               "runtime_key: cap.enabled}\n"),
       &c, &errors))
       << ::testing::PrintToString(errors);
-  EXPECT_FALSE(c.listeners[0]->connection_limit);
+  EXPECT_FALSE(c.listeners[0]->chains[0]->connection_limit);
 }
 
 TEST(ServerConfigTest, BadConnectionLimit) {
@@ -328,8 +334,8 @@ filter_chains:
   BuildOptions o;
   auto lc = BuildListener(l, "Listener 'dyn'", o, &errors);
   ASSERT_TRUE(lc) << ::testing::PrintToString(errors);
-  EXPECT_EQ(lc->rds_name, "r1");
-  EXPECT_EQ(lc->routes, nullptr);
+  EXPECT_EQ(lc->chains[0]->rds_name, "r1");
+  EXPECT_EQ(lc->chains[0]->routes, nullptr);
 
   envoy::config::cluster::v3::Cluster c;
   ASSERT_TRUE(LoadYamlIntoMessage(R"(
@@ -393,7 +399,7 @@ static_resources:)";
       << ::testing::PrintToString(errors);
   EXPECT_TRUE(c2.xds.enabled);
   EXPECT_FALSE(c2.xds.lds || c2.xds.cds);
-  EXPECT_EQ(c2.listeners[0]->rds_name, "r");
+  EXPECT_EQ(c2.listeners[0]->chains[0]->rds_name, "r");
 
   // A static EDS cluster (the last one in kGood): the same.
   ServerConfig c3;

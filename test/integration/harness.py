@@ -404,6 +404,118 @@ def cluster_yaml(*args, **kwargs):
 
 
 # ---------------------------------------------------------------------------------------------
+# TLS: a throwaway PKI made with OpenSSL's command line, and TLS contexts in Envoy's shape
+# ---------------------------------------------------------------------------------------------
+
+DOWNSTREAM_TLS_TYPE = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext"
+UPSTREAM_TLS_TYPE = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext"
+TLS_INSPECTOR = {"name": "envoy.filters.listener.tls_inspector", "typed_config": {
+    "@type": "type.googleapis.com/envoy.extensions.filters.listener.tls_inspector.v3.TlsInspector"}}
+
+
+class TestPki(object):
+    """A CA in a temporary directory and the certificates a test asks it for, all made by the
+    openssl command. pki.cert("a", ["DNS:a.example.com"]) returns (cert_path, key_path)."""
+
+    _CA_CNF = """[ca]
+default_ca = d
+[d]
+database = {dir}/db/index.txt
+serial = {dir}/db/serial
+new_certs_dir = {dir}/db
+default_md = sha256
+policy = p
+copy_extensions = copy
+unique_subject = no
+[p]
+commonName = supplied
+"""
+
+    def __init__(self, name="rpx test CA", key="ec"):
+        self.dir = make_tmpdir("rpx-it-pki-")
+        os.mkdir(os.path.join(self.dir, "db"))
+        open(os.path.join(self.dir, "db", "index.txt"), "w").close()
+        with open(os.path.join(self.dir, "db", "serial"), "w") as f:
+            f.write("1000\n")
+        with open(os.path.join(self.dir, "ca.cnf"), "w") as f:
+            f.write(self._CA_CNF.format(dir=self.dir))
+        self.ca = os.path.join(self.dir, "ca.pem")
+        self.ca_key = os.path.join(self.dir, "ca.key")
+        self._openssl(["req", "-x509"] + self._newkey(key) + [
+            "-nodes", "-keyout", self.ca_key, "-out", self.ca, "-days", "30",
+            "-subj", "/CN=" + name, "-addext", "basicConstraints=critical,CA:TRUE",
+            "-addext", "keyUsage=critical,keyCertSign,cRLSign"])
+
+    @staticmethod
+    def _newkey(key):
+        return ["-newkey", "rsa:2048"] if key == "rsa" else [
+            "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"]
+
+    def _openssl(self, args):
+        r = subprocess.run(["openssl"] + args, cwd=self.dir, capture_output=True, timeout=60)
+        if r.returncode != 0:
+            raise AssertionError("openssl %s failed: %s" % (" ".join(args), r.stderr.decode()))
+        return r
+
+    def cert(self, name, sans, key="ec", expired=False):
+        """A leaf for subject CN=`name` with subjectAltNames `sans` ("DNS:x", "URI:y"), signed by
+        this CA; `expired`: valid only in January 2020. Returns (cert path, key path)."""
+        base = os.path.join(self.dir, "%s-%s%s" % (name.replace("*", "star"), key,
+                                                 "-expired" if expired else ""))
+        ext = base + ".ext"
+        with open(ext, "w") as f:
+            f.write("basicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth,clientAuth\n")
+            if sans:
+                f.write("subjectAltName=%s\n" % ",".join(sans))
+        self._openssl(["req"] + self._newkey(key) + ["-nodes", "-keyout", base + ".key",
+                                                      "-out", base + ".csr", "-subj", "/CN=" + name])
+        if expired:
+            self._openssl(["ca", "-batch", "-config", os.path.join(self.dir, "ca.cnf"),
+                           "-cert", self.ca, "-keyfile", self.ca_key, "-in", base + ".csr",
+                           "-out", base + ".pem", "-startdate", "20200101000000Z",
+                           "-enddate", "20200201000000Z", "-extfile", ext])
+        else:
+            self._openssl(["x509", "-req", "-in", base + ".csr", "-CA", self.ca, "-CAkey",
+                           self.ca_key, "-CAcreateserial", "-out", base + ".pem", "-days", "30",
+                           "-extfile", ext])
+        return base + ".pem", base + ".key"
+
+    def cleanup(self):
+        remove_tmpdir(self.dir)
+
+
+def tls_certificate(cert_key):
+    cert, key = cert_key
+    return {"certificate_chain": {"filename": cert}, "private_key": {"filename": key}}
+
+
+def downstream_tls(certs, alpn=None, extra=None, common_extra=None):
+    """A transport_socket for a filter chain: envoy.transport_sockets.tls with a
+    DownstreamTlsContext serving `certs` ((cert, key) pairs)."""
+    common = {"tls_certificates": [tls_certificate(c) for c in certs]}
+    if alpn:
+        common["alpn_protocols"] = list(alpn)
+    if common_extra:
+        common.update(common_extra)
+    ctx = {"@type": DOWNSTREAM_TLS_TYPE, "common_tls_context": common}
+    if extra:
+        ctx.update(extra)
+    return {"name": "envoy.transport_sockets.tls", "typed_config": ctx}
+
+
+def tls_chain(base_listener_chain, transport_socket=None, match=None, name=None):
+    """A copy of a filter chain (from http_listener) with a transport socket and a match."""
+    chain = json.loads(json.dumps(base_listener_chain))
+    if transport_socket:
+        chain["transport_socket"] = transport_socket
+    if match:
+        chain["filter_chain_match"] = match
+    if name:
+        chain["name"] = name
+    return chain
+
+
+# ---------------------------------------------------------------------------------------------
 # rpx process
 # ---------------------------------------------------------------------------------------------
 

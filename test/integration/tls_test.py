@@ -1,0 +1,329 @@
+"""TLS termination with real clients: curl and `openssl s_client` against rpx listeners configured
+with Envoy's DownstreamTlsContext, filter chains chosen by SNI (tls_inspector), a default chain,
+mTLS, session resumption, and what must be refused (old protocol versions, cleartext on a TLS
+port, a handshake that never ends). Certificates come from a throwaway CA made with the openssl
+command (harness.TestPki).
+"""
+
+import os
+import re
+import socket
+import ssl
+import subprocess
+import time
+import unittest
+
+from harness import (TLS_INSPECTOR, IntegrationTestCase, TestPki, bootstrap, cluster, curl,
+                     downstream_tls, free_port, http_listener, route, tls_chain, virtual_host,
+                     wait_until)
+
+HOSTS = ("a.example.com", "b.example.com")
+# What s_client sends: a request, so it reads on until the close (and takes TLS 1.3 tickets).
+REQUEST = b"GET / HTTP/1.1\r\nHost: a.example.com\r\nConnection: close\r\n\r\n"
+_counter = [0]
+
+
+def s_client(port, *args, stdin=b"", timeout=20):
+    """Runs `openssl s_client` against 127.0.0.1:port; returns (exit code, stdout+stderr)."""
+    cmd = ["openssl", "s_client", "-connect", "127.0.0.1:%d" % port] + list(args)
+    if stdin:
+        cmd.append("-ign_eof")  # send it all, then read until the server closes
+    r = subprocess.run(cmd, input=stdin, capture_output=True, timeout=timeout)
+    return r.returncode, (r.stdout + r.stderr).decode("utf-8", "replace")
+
+
+def peer_cn(output):
+    m = re.search(r"^subject=.*CN ?= ?([^,\n/]+)", output, re.M)
+    return m.group(1).strip() if m else None
+
+
+class TlsTest(IntegrationTestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.pki = TestPki()
+        cls.certs = {h: cls.pki.cert(h, ["DNS:" + h]) for h in HOSTS}
+        cls.wild = cls.pki.cert("wild", ["DNS:*.wild.example.com"])
+        cls.default_cert = cls.pki.cert("default", ["DNS:default.example.com"])
+        cls.rsa = cls.pki.cert("a.example.com", ["DNS:a.example.com"], key="rsa")
+        cls.client = cls.pki.cert("client", ["URI:spiffe://rpx/client"])
+        cls.other_pki = TestPki("another CA")
+        cls.stranger = cls.other_pki.cert("client", ["URI:spiffe://rpx/client"])
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.pki.cleanup()
+        cls.other_pki.cleanup()
+
+    def start(self, chains, listener_extra=None, cluster_name="echo"):
+        """rpx with one listener whose filter chains are `chains` (each a dict with optional
+        "match", "tls" (a transport_socket), "name", "default": True for the default chain),
+        all routing to an echo upstream."""
+        self.up = self.start_echo("up")
+        self.port = free_port()
+        base = http_listener("tls", self.port, [virtual_host("all", ["*"], [
+            route("/", cluster_name)])])
+        chain0 = base["filter_chains"][0]
+        listener = dict(base)
+        listener["filter_chains"] = []
+        for c in chains:
+            built = tls_chain(chain0, c.get("tls"), c.get("match"), c.get("name"))
+            built.update(c.get("extra", {}))
+            if c.get("default"):
+                listener["default_filter_chain"] = built
+            else:
+                listener["filter_chains"].append(built)
+        if not listener["filter_chains"]:
+            del listener["filter_chains"]
+        if listener_extra:
+            listener.update(listener_extra)
+        self.proxy = self.start_rpx(bootstrap([listener], [cluster(cluster_name, self.up.port)]))
+        return self.proxy
+
+    def curl_https(self, host, *args, path="/", cacert=True):
+        extra = ["--resolve", "%s:%d:127.0.0.1" % (host, self.port)]
+        if cacert:
+            extra += ["--cacert", self.pki.ca]
+        return curl("https://%s:%d%s" % (host, self.port, path), *(extra + list(args)),
+                    timeout=20)
+
+    def sni_listener(self, **extra):
+        chains = [{"name": "a", "match": {"server_names": ["a.example.com"]},
+                   "tls": downstream_tls([self.certs["a.example.com"]], **extra)},
+                  {"name": "b", "match": {"server_names": ["b.example.com"]},
+                   "tls": downstream_tls([self.certs["b.example.com"]])},
+                  {"name": "wild", "match": {"server_names": ["*.wild.example.com"]},
+                   "tls": downstream_tls([self.wild])},
+                  {"name": "default", "default": True, "tls": downstream_tls([self.default_cert])}]
+        return self.start(chains, {"listener_filters": [TLS_INSPECTOR]})
+
+    def test_two_names_on_one_port_get_their_own_certificates(self):
+        self.sni_listener()
+        for host in HOSTS:
+            r = self.curl_https(host, "-H", "x-test: 1")
+            self.assertEqual(r.status, 200, r)
+            record = r.json()
+            self.assertEqual(record["server"], "up")
+            headers = dict(record["headers"])
+            self.assertEqual(headers.get("x-forwarded-proto"), "https")
+            code, out = s_client(self.port, "-servername", host, "-CAfile", self.pki.ca)
+            self.assertEqual(peer_cn(out), host, out)
+            self.assertIn("Verify return code: 0 (ok)", out)
+        # Wildcard chain.
+        r = self.curl_https("x.wild.example.com")
+        self.assertEqual(r.status, 200, r)
+        # A server_names wildcard stands for any number of labels (the certificate's does not).
+        code, out = s_client(self.port, "-servername", "deep.x.wild.example.com")
+        self.assertEqual(peer_cn(out), "wild", out)
+        # No SNI, or a name no chain has: the default chain.
+        code, out = s_client(self.port, "-noservername")
+        self.assertEqual(peer_cn(out), "default", out)
+        code, out = s_client(self.port, "-servername", "unknown.example.org")
+        self.assertEqual(peer_cn(out), "default", out)
+        stats = self.proxy.stats()
+        self.assertGreaterEqual(stats["listener.127.0.0.1_%d.ssl.handshake" % self.port], 5)
+        self.assertEqual(stats["listener.127.0.0.1_%d.no_filter_chain_match" % self.port], 0)
+
+    def test_no_matching_chain_closes_and_counts(self):
+        self.start([{"match": {"server_names": ["a.example.com"]},
+                     "tls": downstream_tls([self.certs["a.example.com"]])}])
+        code, out = s_client(self.port, "-servername", "b.example.com")
+        self.assertNotEqual(code, 0, out)
+        self.assertIsNone(peer_cn(out), out)
+        self.proxy.wait_stat("listener.127.0.0.1_%d.no_filter_chain_match" % self.port,
+                             lambda v: v == 1)
+
+    def test_alpn_and_protocol_versions(self):
+        # h2 is listed (as in Envoy's examples) but not spoken yet: never selected.
+        self.start([{"tls": downstream_tls([self.certs["a.example.com"]],
+                                           alpn=["h2", "http/1.1"])}])
+        code, out = s_client(self.port, "-alpn", "h2,http/1.1", "-servername", "a.example.com")
+        self.assertIn("ALPN protocol: http/1.1", out)
+        code, out = s_client(self.port, "-alpn", "h2")
+        self.assertIn("No ALPN negotiated", out)
+        r = self.curl_https("a.example.com", "--http1.1")
+        self.assertEqual(r.status, 200, r)
+        # TLS 1.0 and 1.1 are refused (the client is allowed every cipher, so only the server's
+        # refusal can end it).
+        for flag in ("-tls1", "-tls1_1"):
+            code, out = s_client(self.port, flag, "-cipher", "DEFAULT@SECLEVEL=0")
+            self.assertNotEqual(code, 0, out)
+            self.assertIsNone(peer_cn(out), out)
+        code, out = s_client(self.port, "-tls1_2", "-servername", "a.example.com")
+        self.assertEqual(code, 0, out)
+        self.assertIn("Protocol  : TLSv1.2", out)
+
+    def test_ecdsa_and_rsa_certificates_side_by_side(self):
+        self.start([{"tls": downstream_tls([self.certs["a.example.com"], self.rsa])}])
+        code, out = s_client(self.port, "-tls1_2", "-sigalgs", "RSA-PSS+SHA256:RSA+SHA256")
+        self.assertIn("Peer signature type: RSA", out)
+        code, out = s_client(self.port, "-tls1_2", "-sigalgs", "ECDSA+SHA256")
+        self.assertIn("Peer signature type: ECDSA", out)
+
+    def test_cleartext_to_a_tls_port_is_closed(self):
+        self.start([{"tls": downstream_tls([self.certs["a.example.com"]])}])
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=10)
+        s.sendall(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+        data = b""
+        try:
+            while True:
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+        except ConnectionResetError:
+            pass
+        s.close()
+        self.assertNotIn(b"HTTP/1.1", data)
+        self.assertEqual(self.up.request_count(), 0)
+        self.proxy.wait_stat("listener.127.0.0.1_%d.ssl.connection_error" % self.port,
+                             lambda v: v == 1)
+
+    def test_handshake_timeout_and_listener_filter_timeout(self):
+        tls = downstream_tls([self.certs["a.example.com"]])
+        chains = [{"match": {"server_names": ["a.example.com"]}, "tls": tls}]
+        self.start(chains, {"listener_filters": [TLS_INSPECTOR],
+                            "listener_filters_timeout": "1s"})
+        prefix = "listener.127.0.0.1_%d." % self.port
+        # Half a ClientHello: the inspector waits for the rest, then gives up.
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        obj = ctx.wrap_bio(incoming, outgoing, server_hostname="a.example.com")
+        with self.assertRaises(ssl.SSLWantReadError):
+            obj.do_handshake()
+        hello = outgoing.read()
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=30)
+        s.sendall(hello[:len(hello) // 2])
+        try:
+            got = s.recv(100)  # closed by rpx after listener_filters_timeout, answering nothing
+        except ConnectionResetError:
+            got = b""
+        s.close()
+        self.assertEqual(got, b"")
+        self.assertEqual(self.proxy.stat(prefix + "downstream_pre_cx_timeout"), 1)
+
+    def test_transport_socket_connect_timeout(self):
+        self.start([{"tls": downstream_tls([self.certs["a.example.com"]]),
+                     "extra": {"transport_socket_connect_timeout": "1s"}}])
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        obj = ctx.wrap_bio(incoming, outgoing, server_hostname="a.example.com")
+        with self.assertRaises(ssl.SSLWantReadError):
+            obj.do_handshake()
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=30)
+        s.sendall(outgoing.read())  # the whole ClientHello; the client's Finished never comes
+        got = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+        s.close()
+        self.assertTrue(got, "the server's first flight was expected before the close")
+        self.proxy.wait_stat("listener.127.0.0.1_%d.downstream_cx_transport_socket_connect_timeout"
+                             % self.port, lambda v: v == 1)
+
+    def test_session_resumption_by_ticket_and_by_session_id(self):
+        self.start([{"tls": downstream_tls([self.certs["a.example.com"]])}])
+        sess = os.path.join(self.pki.dir, "sess-%d" % self.port)
+        for version in ("-tls1_3", "-tls1_2"):
+            code, out = s_client(self.port, version, "-sess_out", sess, stdin=REQUEST)
+            self.assertIn("New,", out)
+            code, out = s_client(self.port, version, "-sess_in", sess, stdin=REQUEST)
+            self.assertIn("Reused,", out, version)
+            self.assertIn("HTTP/1.1 200 OK", out)
+        # TLS 1.2 -reconnect: five reconnections with the first session.
+        code, out = s_client(self.port, "-tls1_2", "-reconnect", stdin=b"")
+        self.assertGreaterEqual(out.count("Reused, TLSv1.2"), 5, out)
+        self.assertGreaterEqual(
+            self.proxy.stat("listener.127.0.0.1_%d.ssl.session_reused" % self.port), 7)
+
+    def test_session_resumption_by_session_id_without_tickets(self):
+        self.start([{"tls": downstream_tls([self.certs["a.example.com"]], extra={
+            "disable_stateless_session_resumption": True})}])
+        code, out = s_client(self.port, "-tls1_2", "-reconnect", stdin=b"")
+        self.assertGreaterEqual(out.count("Reused, TLSv1.2"), 5, out)
+        # No ticket was issued.
+        self.assertNotIn("TLS session ticket:", out)
+
+    def test_ticket_key_rotation(self):
+        _counter[0] += 1
+        keys = [os.path.join(self.pki.dir, "k%d-%d" % (i, _counter[0])) for i in range(2)]
+        for i, k in enumerate(keys):
+            with open(k, "wb") as f:
+                f.write(bytes([0x41 + i]) * 80)
+
+        def with_keys(names):
+            return downstream_tls([self.certs["a.example.com"]], extra={
+                "session_ticket_keys": {"keys": [{"filename": k} for k in names]}})
+        sess = os.path.join(self.pki.dir, "rot-%d" % _counter[0])
+        self.start([{"tls": with_keys([keys[0]])}])
+        code, out = s_client(self.port, "-tls1_3", "-sess_out", sess, stdin=REQUEST)
+        self.assertIn("New,", out)
+        port = self.port
+        self.proxy.cleanup()
+
+        def restart(names):
+            base = http_listener("tls", port, [virtual_host("all", ["*"], [route("/", "echo")])])
+            base["filter_chains"] = [tls_chain(base["filter_chains"][0], with_keys(names))]
+            return self.start_rpx(bootstrap([base], [cluster("echo", self.up.port)]))
+        # A new first key, the old one second: the old ticket still resumes.
+        p = restart([keys[1], keys[0]])
+        code, out = s_client(port, "-tls1_3", "-sess_in", sess, stdin=REQUEST)
+        self.assertIn("Reused,", out)
+        p.cleanup()
+        # The old key gone: a full handshake.
+        restart([keys[1]])
+        code, out = s_client(port, "-tls1_3", "-sess_in", sess, stdin=REQUEST)
+        self.assertIn("New,", out)
+
+    def test_mutual_tls(self):
+        validation = {"validation_context": {
+            "trusted_ca": {"filename": self.pki.ca},
+            "match_typed_subject_alt_names": [{"san_type": "URI",
+                                               "matcher": {"exact": "spiffe://rpx/client"}}]}}
+        self.start([{"tls": downstream_tls([self.certs["a.example.com"]], extra={
+            "require_client_certificate": True}, common_extra=validation)}])
+        # No client certificate.
+        r = self.curl_https("a.example.com")
+        self.assertNotEqual(r.status, 200, r)
+        # One from another CA.
+        r = self.curl_https("a.example.com", "--cert", self.stranger[0], "--key", self.stranger[1])
+        self.assertNotEqual(r.status, 200, r)
+        # The right one, but a SAN the listener does not accept.
+        wrong_san = self.pki.cert("client2", ["URI:spiffe://rpx/other"])
+        r = self.curl_https("a.example.com", "--cert", wrong_san[0], "--key", wrong_san[1])
+        self.assertNotEqual(r.status, 200, r)
+        # The right one.
+        r = self.curl_https("a.example.com", "--cert", self.client[0], "--key", self.client[1])
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(self.up.request_count(), 1)
+        prefix = "listener.127.0.0.1_%d." % self.port
+        self.assertGreaterEqual(self.proxy.stat(prefix + "ssl.connection_error"), 3)
+
+    def test_sslscan_finds_nothing_weak(self):
+        """An external scanner as a second opinion (Debian's sslscan)."""
+        self.start([{"tls": downstream_tls([self.certs["a.example.com"], self.rsa])}])
+        r = subprocess.run(["sslscan", "--no-colour", "--show-sigs", "127.0.0.1:%d" % self.port],
+                           capture_output=True, timeout=120)
+        out = r.stdout.decode("utf-8", "replace")
+        self.assertIn("TLSv1.3   enabled", out, out)
+        self.assertIn("TLSv1.2   enabled", out, out)
+        for old in ("SSLv2", "SSLv3", "TLSv1.0", "TLSv1.1"):
+            self.assertIn("%s     disabled" % old if old.startswith("SSL") else
+                          "%s   disabled" % old, out, out)
+        accepted = [l for l in out.splitlines() if l.startswith(("Preferred", "Accepted"))]
+        self.assertTrue(accepted, out)
+        for line in accepted:
+            for weak in ("NULL", "EXP", "RC4", "DES", "MD5", "CBC", "ADH", "AECDH"):
+                self.assertNotIn(weak, line, line)
+        self.assertNotIn("Compression enabled", out, out)
+        self.assertIn("Session renegotiation not supported", out, out)
+
+
+if __name__ == "__main__":
+    unittest.main()
