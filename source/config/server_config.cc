@@ -181,6 +181,10 @@ class Builder {
              const std::string& path, std::vector<CidrRange>* out);
   bool DownstreamTransport(const envoy::config::core::v3::TransportSocket& ts,
                            const std::string& path, FilterChainConfig* chain);
+  bool UpstreamTransport(const envoy::config::core::v3::TransportSocket& ts,
+                         const std::string& path, ClusterInfo* info);
+  // The type of a transport socket's typed_config ("" if none).
+  static std::string TransportType(const envoy::config::core::v3::TransportSocket& ts);
   const BuildOptions& options_;
   std::vector<std::string>* errors_;
 };
@@ -308,6 +312,14 @@ void Builder::BuildCluster(const Cluster& c, const std::string& path, ServerConf
     if (opts.explicit_http_config().has_http2_protocol_options()) info->http2 = true;
   }
   if (c.has_http2_protocol_options()) info->http2 = true;
+  if (c.has_transport_socket()) {
+    UpstreamTransport(c.transport_socket(), path + ".transport_socket", info.get());
+  }
+  if (c.transport_socket_matches_size() > 0) {
+    Error(path + ".transport_socket_matches",
+          "choosing the transport socket by endpoint metadata is not implemented yet (traffic "
+          "would go out with the wrong transport); use transport_socket");
+  }
   if (info->max_response_headers_count == 0) {
     Error(path + ".common_http_protocol_options.max_headers_count", "must be positive");
   }
@@ -654,12 +666,56 @@ bool Builder::BuildMatch(const envoy::config::listener::v3::FilterChainMatch& m,
   return errors_->size() == before;
 }
 
+std::string Builder::TransportType(const envoy::config::core::v3::TransportSocket& ts) {
+  if (!ts.has_typed_config()) return "";
+  const std::string& url = ts.typed_config().type_url();
+  return url.substr(url.rfind('/') + 1);
+}
+
+bool Builder::UpstreamTransport(const envoy::config::core::v3::TransportSocket& ts,
+                                const std::string& path, ClusterInfo* info) {
+  std::string type = TransportType(ts);
+  if (type == kRawBufferType ||
+      (type.empty() && ts.name() == "envoy.transport_sockets.raw_buffer")) {
+    return true;  // cleartext
+  }
+  if (type != kUpstreamTlsType) {
+    Error(path, absl::StrCat("transport socket '", ts.name(), "'",
+                             type.empty() ? "" : absl::StrCat(" (", type, ")"),
+                             " is not supported (envoy.transport_sockets.tls with an "
+                             "UpstreamTlsContext, or raw_buffer)"));
+    return false;
+  }
+  envoy::extensions::transport_sockets::tls::v3::UpstreamTlsContext ctx;
+  if (!ts.typed_config().UnpackTo(&ctx)) {
+    Error(path + ".typed_config", "cannot decode the UpstreamTlsContext");
+    return false;
+  }
+  TlsContextOptions o;
+  std::vector<std::string> tls_errors;
+  if (!UpstreamTlsOptions(ctx, path + ".typed_config", options_.secrets, &o, &info->sni,
+                          &tls_errors)) {
+    for (const auto& e : tls_errors) errors_->push_back(absl::StrCat(options_.source, ": ", e));
+    return false;
+  }
+  // What rpx's upstream codec speaks (HTTP/1.1 for now).
+  std::vector<std::string> spoken;
+  for (const auto& p : o.alpn) {
+    if (p == "http/1.1") spoken.push_back(p);
+  }
+  o.alpn = std::move(spoken);
+  auto context = TlsContext::Create(o);
+  if (!context.ok()) {
+    errors_->push_back(absl::StrCat(options_.source, ": ", context.status().message()));
+    return false;
+  }
+  info->tls = *context;
+  return true;
+}
+
 bool Builder::DownstreamTransport(const envoy::config::core::v3::TransportSocket& ts,
                                   const std::string& path, FilterChainConfig* chain) {
-  std::string type =
-      ts.has_typed_config()
-          ? ts.typed_config().type_url().substr(ts.typed_config().type_url().rfind('/') + 1)
-          : "";
+  std::string type = TransportType(ts);
   if (type == kRawBufferType ||
       (type.empty() && ts.name() == "envoy.transport_sockets.raw_buffer")) {
     return true;  // plaintext

@@ -335,6 +335,9 @@ const std::set<std::string>& Supported() {
       "envoy.config.cluster.v3.Cluster.dns_lookup_family",
       "envoy.config.cluster.v3.Cluster.dns_refresh_rate",
       "envoy.config.cluster.v3.Cluster.metadata",
+      "envoy.config.cluster.v3.Cluster.transport_socket",
+      "envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext.common_tls_context",
+      "envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext.sni",
       "envoy.config.cluster.v3.CircuitBreakers.thresholds",
       "envoy.config.cluster.v3.CircuitBreakers.Thresholds.priority",
       "envoy.config.cluster.v3.CircuitBreakers.Thresholds.max_connections",
@@ -361,9 +364,9 @@ const std::set<std::string>& Supported() {
 
 // Why a well-known unsupported field is refused, where a plain "not supported" would not help.
 std::string Hint(const std::string& full) {
-  if (full == "envoy.config.cluster.v3.Cluster.transport_socket" ||
-      full == "envoy.config.cluster.v3.Cluster.transport_socket_matches") {
-    return " (TLS origination is not implemented yet: traffic would go out in cleartext)";
+  if (full == "envoy.config.cluster.v3.Cluster.transport_socket_matches") {
+    return " (choosing the transport socket by endpoint metadata is not implemented yet: "
+           "traffic would go out with the wrong transport)";
   }
   if (full == "envoy.extensions.transport_sockets.tls.v3.SdsSecretConfig.sds_config") {
     return " (SDS is not implemented yet; a secret without sds_config comes from "

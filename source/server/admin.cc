@@ -150,6 +150,17 @@ std::string Admin::StatsText() const {
     RPX_CLUSTER_STAT(upstream_rq_3xx)
     RPX_CLUSTER_STAT(upstream_rq_4xx)
     RPX_CLUSTER_STAT(upstream_rq_5xx)
+    if (c.tls) {
+      auto sum = [&](Counter ClusterStats::*field) {
+        int64_t total = 0;
+        for (uint32_t i = 0; i < n; ++i) total += (s[i].*field).Value();
+        return total;
+      };
+      out[p + "ssl.handshake"] = sum(&ClusterStats::ssl_handshake);
+      out[p + "ssl.session_reused"] = sum(&ClusterStats::ssl_session_reused);
+      out[p + "ssl.connection_error"] = sum(&ClusterStats::ssl_connection_error);
+      out[p + "ssl.fail_verify"] = sum(&ClusterStats::ssl_fail_verify);
+    }
 #undef RPX_CLUSTER_STAT
     out[p + "membership_total"] = entry.hosts ? entry.hosts->size() : 0;
     out[p + "circuit_breakers.default.cx_open_count"] = c.resources->connections();

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "source/tls/tls_transport.h"
 
 namespace rpx {
 namespace {
@@ -391,8 +392,10 @@ absl::StatusOr<std::shared_ptr<const TlsContext>> TlsContext::Create(const TlsCo
     EVP_Digest(material.data(), material.size(), id, &id_len, EVP_sha256(), nullptr);
     SSL_CTX_set_session_id_context(ctx, id, std::min<unsigned int>(id_len, SSL_MAX_SID_CTX_LENGTH));
   } else {
-    // Client sessions are kept by the connection pool, per host (TlsTransport).
+    // Client sessions are kept by the connection pool, per host: each new one (TLS 1.3 tickets
+    // arrive after the handshake) goes to the connection's session slot.
     SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL);
+    SSL_CTX_sess_set_new_cb(ctx, &TlsTransport::OnNewSession);
   }
   ERR_clear_error();
   return std::shared_ptr<const TlsContext>(std::move(c));

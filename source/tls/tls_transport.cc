@@ -11,16 +11,34 @@
 
 namespace rpx {
 
+namespace {
+int TransportIndex() {
+  static int index = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
+  return index;
+}
+}  // namespace
+
 TlsTransport::TlsTransport(std::shared_ptr<const TlsContext> context, const std::string& sni,
-                           SSL_SESSION* session)
-    : context_(std::move(context)), ssl_(SSL_new(context_->ssl_ctx())) {
+                           SSL_SESSION** session_slot)
+    : context_(std::move(context)),
+      ssl_(SSL_new(context_->ssl_ctx())),
+      session_slot_(session_slot) {
+  SSL_set_ex_data(ssl_, TransportIndex(), this);
   if (context_->server()) {
     SSL_set_accept_state(ssl_);
   } else {
     SSL_set_connect_state(ssl_);
     if (!sni.empty()) SSL_set_tlsext_host_name(ssl_, sni.c_str());
-    if (session) SSL_set_session(ssl_, session);
+    if (session_slot_ && *session_slot_) SSL_set_session(ssl_, *session_slot_);
   }
+}
+
+int TlsTransport::OnNewSession(SSL* ssl, SSL_SESSION* session) {
+  auto* t = static_cast<TlsTransport*>(SSL_get_ex_data(ssl, TransportIndex()));
+  if (!t || !t->session_slot_ || !SSL_SESSION_is_resumable(session)) return 0;
+  if (*t->session_slot_) SSL_SESSION_free(*t->session_slot_);
+  *t->session_slot_ = session;
+  return 1;  // the slot owns it now
 }
 
 TlsTransport::~TlsTransport() {

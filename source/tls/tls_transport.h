@@ -17,10 +17,12 @@ namespace rpx {
 
 class TlsTransport : public TransportSocket {
  public:
-  // Client side: `sni` is sent as the server name (empty: none); `session`, if set, is offered
-  // for resumption (the caller keeps its own reference).
+  // Client side: `sni` is sent as the server name (empty: none). `session_slot`, if set, holds
+  // the session offered for resumption, and receives (owning it) each new session the server
+  // issues on this connection (TLS 1.3 tickets come after the handshake); it must outlive the
+  // connection's reads.
   TlsTransport(std::shared_ptr<const TlsContext> context, const std::string& sni = "",
-               SSL_SESSION* session = nullptr);
+               SSL_SESSION** session_slot = nullptr);
   ~TlsTransport() override;
 
   // TransportSocket
@@ -42,6 +44,8 @@ class TlsTransport : public TransportSocket {
   bool has_peer_certificate() const;
   // A new reference to the session, to offer on the next connection to the same host.
   SSL_SESSION* Session() const { return SSL_get1_session(ssl_); }
+  // OpenSSL's new-session callback of client contexts (see session_slot).
+  static int OnNewSession(SSL* ssl, SSL_SESSION* session);
 
  private:
   enum class Status { kWantRead, kWantWrite, kClosed, kError };
@@ -50,6 +54,7 @@ class TlsTransport : public TransportSocket {
 
   std::shared_ptr<const TlsContext> context_;
   SSL* ssl_;
+  SSL_SESSION** session_slot_;
   bool read_wants_write_ = false;
   bool failed_ = false;
   std::string failure_;

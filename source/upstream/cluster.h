@@ -17,6 +17,7 @@
 #include "source/common/stats.h"
 #include "source/network/address.h"
 #include "source/network/socket_option.h"
+#include "source/tls/tls_context.h"
 
 namespace rpx {
 
@@ -111,6 +112,11 @@ struct alignas(64) ClusterStats {
   Counter upstream_cx_kept_after_reset;  // abandoned responses read to the end, connection reused
   Counter upstream_rq_body_spliced;      // response bodies moved with splice(2), never copied
   Counter upstream_rq_2xx, upstream_rq_3xx, upstream_rq_4xx, upstream_rq_5xx;
+  // Upstream TLS (Envoy's cluster.<name>.ssl.*).
+  Counter ssl_handshake;
+  Counter ssl_session_reused;
+  Counter ssl_connection_error;  // failed handshakes other than verification
+  Counter ssl_fail_verify;       // the upstream's certificate did not verify (CA, SAN, expiry)
 };
 
 enum class LbPolicy { kRoundRobin, kLeastRequest, kRandom };
@@ -129,6 +135,9 @@ struct ClusterInfo {
   // upstream_bind_config: applied to every upstream socket before connect(2).
   std::optional<SocketAddress> source_address;
   SocketOptions socket_options;
+  // transport_socket envoy.transport_sockets.tls (UpstreamTlsContext); nullptr: cleartext.
+  std::shared_ptr<const TlsContext> tls;
+  std::string sni;  // UpstreamTlsContext.sni; empty: no server name sent
   std::shared_ptr<ClusterResources> resources;
   // One stats block per worker, indexed by worker index (plus one for the main thread).
   std::unique_ptr<ClusterStats[]> stats;

@@ -239,13 +239,25 @@ void UpstreamClient::OnEvent(ConnectionEvent event) {
   switch (event) {
     case ConnectionEvent::kConnected:
       timer_->Disable();
+      if (!conn_->plaintext()) pool_.OnTlsConnected(static_cast<TlsTransport&>(conn_->transport()));
       pool_.OnConnected(this);
       return;
     case ConnectionEvent::kConnectFailed: {
       state_ = State::kClosed;
       timer_->Disable();
-      pool_.OnConnectFailed(this, PoolFailure::kConnectFailure,
-                            "connection refused or unreachable");
+      std::string tls_failure = conn_->plaintext() ? "" : conn_->transport().FailureReason();
+      if (tls_failure.empty()) {
+        pool_.OnConnectFailed(this, PoolFailure::kConnectFailure,
+                              "connection refused or unreachable");
+        return;
+      }
+      bool verify = tls_failure.find("certificate verify failed") != std::string::npos;
+      (verify ? pool_.stats().ssl_fail_verify : pool_.stats().ssl_connection_error).Inc();
+      RPX_LOG(kWarn, "cluster '%s': TLS handshake with %s failed: %s", pool_.cluster().name,
+              pool_.host().address.ToString(), tls_failure);
+      pool_.OnConnectFailed(
+          this, PoolFailure::kConnectFailure,
+          absl::StrCat(verify ? "TLS verification failed: " : "TLS error: ", tls_failure));
       return;
     }
     case ConnectionEvent::kRemoteClose:
@@ -395,6 +407,7 @@ ConnPool::ConnPool(Dispatcher& dispatcher, std::shared_ptr<const ClusterInfo> cl
 
 ConnPool::~ConnPool() {
   SetStarved(false);
+  if (tls_session_) SSL_SESSION_free(tls_session_);
   for (auto* list : {&idle_, &busy_, &connecting_}) {
     for (UpstreamClient* c : *list) {
       c->state_ = UpstreamClient::State::kClosed;
@@ -482,6 +495,11 @@ bool ConnPool::TryCreateConnection() {
     retry_timer_->Enable(0);
     return false;
   }
+  if (cluster_->tls) {
+    // The pool's connect timeout covers the TLS handshake too.
+    conn->SetTransport(std::make_unique<TlsTransport>(cluster_->tls, cluster_->sni, &tls_session_),
+                       0);
+  }
   auto* c = new UpstreamClient(*this, std::move(conn));
   connecting_.push_back(c);
   c->pos_ = std::prev(connecting_.end());
@@ -518,6 +536,11 @@ void ConnPool::Attach(UpstreamClient* c, std::list<UpstreamClient*>& from) {
   stats_.upstream_rq_total.Inc();
   stats_.upstream_rq_active.Inc();
   p->callbacks.OnPoolReady(*c);
+}
+
+void ConnPool::OnTlsConnected(TlsTransport& tls) {
+  stats_.ssl_handshake.Inc();
+  if (tls.session_reused()) stats_.ssl_session_reused.Inc();
 }
 
 void ConnPool::OnConnectFailed(UpstreamClient* c, PoolFailure reason, const std::string& detail) {

@@ -22,6 +22,7 @@
 #include "source/http/http1_parser.h"
 #include "source/network/connection.h"
 #include "source/network/splice.h"
+#include "source/tls/tls_transport.h"
 #include "source/upstream/cluster.h"
 
 namespace rpx {
@@ -158,6 +159,8 @@ class ConnPool {
   friend class UpstreamClient;
   bool TryCreateConnection();
   void OnConnected(UpstreamClient* c);
+  // A TLS connection's handshake is done: counts it.
+  void OnTlsConnected(TlsTransport& tls);
   void OnConnectFailed(UpstreamClient* c, PoolFailure reason, const std::string& detail);
   void OnRequestDone(UpstreamClient* c, bool reusable);
   void OnClientClosed(UpstreamClient* c);
@@ -180,6 +183,9 @@ class ConnPool {
   bool draining_ = false;
   int deferred_connect_errors_ = 0;  // connect() failed at once; failed from the retry timer
   bool bind_error_logged_ = false;   // a refused upstream_bind_config was logged
+  // The last TLS session with this host (its connections store each new one here), offered for
+  // resumption on the next connection.
+  SSL_SESSION* tls_session_ = nullptr;
 };
 
 class ConnPool::Pending {

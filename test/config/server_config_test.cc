@@ -169,12 +169,15 @@ TEST(ServerConfigTest, UnsupportedFieldsAreErrorsNotIgnored) {
       Replace(kGood, "    - filters:\n", "    - transport_socket: {name: tls}\n      filters:\n"));
   EXPECT_THAT(e, HasSubstr("filter_chains[0].transport_socket: transport socket 'tls' is not "
                            "supported (envoy.transport_sockets.tls with a DownstreamTlsContext"));
-  // Upstream TLS is not implemented: refused, never sent in cleartext.
+  // A cluster transport socket rpx cannot honour is refused, never replaced by cleartext.
   e = OnlyError(Replace(kGood, "    connect_timeout: 2s\n",
                         "    connect_timeout: 2s\n    transport_socket: {name: "
                         "envoy.transport_sockets.tls}\n"));
-  EXPECT_THAT(e, HasSubstr("clusters[0].transport_socket"));
-  EXPECT_THAT(e, HasSubstr("traffic would go out in cleartext"));
+  EXPECT_THAT(e, HasSubstr("clusters[0].transport_socket: transport socket "
+                           "'envoy.transport_sockets.tls' is not supported"));
+  e = OnlyError(Replace(kGood, "    connect_timeout: 2s\n",
+                        "    connect_timeout: 2s\n    transport_socket_matches: [{name: m}]\n"));
+  EXPECT_THAT(e, HasSubstr("clusters[0].transport_socket_matches"));
 }
 
 TEST(ServerConfigTest, UpgradeConfigs) {

@@ -200,26 +200,8 @@ class BenchOriginTest(IntegrationTestCase):
         # for nginx it must send the same header names, in the same order, with values of the
         # same length (only Server's value differs: it names the origin).
         (port,), _ = self.start_origin()
-        nginx = shutil.which("nginx") or "/usr/sbin/nginx"
         nport = free_port()
-        conf_dir = make_tmpdir("rpx-it-nginx-")
-        self.addCleanup(remove_tmpdir, conf_dir)
-        with open(os.path.join(conf_dir, "nginx.conf"), "w") as f:
-            # As root nginx would chown its temp dirs to "nobody", which a sandbox refuses.
-            f.write("user root root;\n" if os.geteuid() == 0 else "")
-            f.write("""daemon off; master_process off; error_log stderr; pid %(d)s/nginx.pid;
-events {}
-http {
-  access_log off;
-  client_body_temp_path %(d)s/b; proxy_temp_path %(d)s/p; fastcgi_temp_path %(d)s/f;
-  uwsgi_temp_path %(d)s/u; scgi_temp_path %(d)s/s;
-  types { text/plain txt; text/html html; application/octet-stream bin; }
-  server { listen 127.0.0.1:%(p)d; root %(r)s; }
-}
-""" % {"d": conf_dir, "p": nport, "r": self.root})
-        self.start_listening_process(
-            [nginx, "-p", conf_dir, "-c", os.path.join(conf_dir, "nginx.conf"), "-e", "stderr"],
-            [nport], "nginx")
+        self.start_nginx("  server { listen 127.0.0.1:%d; root %s; }" % (nport, self.root), [nport])
         for path in ("/small.txt", "/page.html", "/big.bin"):
             for extra in ("", "Connection: close\r\n"):
                 heads = []

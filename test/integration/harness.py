@@ -1860,6 +1860,32 @@ class IntegrationTestCase(unittest.TestCase):
                                                                 proc.communicate()[1]))
         return proc
 
+    def start_nginx(self, servers, ports):
+        """Starts a real nginx (one process, no daemon) whose http block holds `servers` (nginx
+        server blocks, as text) and waits until it listens on every port in `ports`; stopped by
+        PID at cleanup. Skips the test when nginx is not installed."""
+        nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+        if not os.access(nginx, os.X_OK):
+            raise unittest.SkipTest("nginx is not installed")
+        conf_dir = make_tmpdir("rpx-it-nginx-")
+        self.addCleanup(remove_tmpdir, conf_dir)
+        with open(os.path.join(conf_dir, "nginx.conf"), "w") as f:
+            # As root nginx would chown its temp dirs to "nobody", which a sandbox refuses.
+            f.write("user root root;\n" if os.geteuid() == 0 else "")
+            f.write("""daemon off; master_process off; error_log stderr; pid %(d)s/nginx.pid;
+events {}
+http {
+  access_log off;
+  client_body_temp_path %(d)s/b; proxy_temp_path %(d)s/p; fastcgi_temp_path %(d)s/f;
+  uwsgi_temp_path %(d)s/u; scgi_temp_path %(d)s/s;
+  types { text/plain txt; text/html html; application/octet-stream bin; }
+%(servers)s
+}
+""" % {"d": conf_dir, "servers": servers})
+        return self.start_listening_process(
+            [nginx, "-p", conf_dir, "-c", os.path.join(conf_dir, "nginx.conf"), "-e", "stderr"],
+            ports, "nginx")
+
     def raw_client(self, port, timeout=10.0):
         c = RawClient(port, timeout)
         self.addCleanup(c.close)

@@ -13,9 +13,9 @@ import subprocess
 import time
 import unittest
 
-from harness import (TLS_INSPECTOR, IntegrationTestCase, TestPki, bootstrap, cluster, curl,
-                     downstream_tls, free_port, http_listener, route, tls_chain, virtual_host,
-                     wait_until)
+from harness import (TLS_INSPECTOR, UPSTREAM_TLS_TYPE, IntegrationTestCase, TestPki, bootstrap,
+                     cluster, curl, downstream_tls, free_port, http_listener, route,
+                     tls_certificate, tls_chain, virtual_host, wait_until)
 
 HOSTS = ("a.example.com", "b.example.com")
 # What s_client sends: a request, so it reads on until the close (and takes TLS 1.3 tickets).
@@ -323,6 +323,117 @@ class TlsTest(IntegrationTestCase):
                 self.assertNotIn(weak, line, line)
         self.assertNotIn("Compression enabled", out, out)
         self.assertIn("Session renegotiation not supported", out, out)
+
+
+class UpstreamTlsTest(IntegrationTestCase):
+    """rpx originating TLS to a real TLS origin (nginx with ssl)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.pki = TestPki()
+        cls.origin_cert = cls.pki.cert("origin", ["DNS:origin.example.com"])
+        cls.expired = cls.pki.cert("origin", ["DNS:origin.example.com"], expired=True)
+        cls.client = cls.pki.cert("rpx", ["URI:spiffe://rpx/proxy"])
+        cls.other_pki = TestPki("another CA")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.pki.cleanup()
+        cls.other_pki.cleanup()
+
+    def start_origin(self, cert=None, verify_client=False):
+        """nginx on a TLS port: answers with the SNI it got, whether the session was reused
+        and the client certificate's subject."""
+        self.origin_port = free_port()
+        cert, key = cert or self.origin_cert
+        client = ("ssl_client_certificate %s; ssl_verify_client on;" % self.pki.ca
+                  if verify_client else "")
+        self.start_nginx("""  server {
+    listen 127.0.0.1:%d ssl;
+    ssl_certificate %s; ssl_certificate_key %s; %s
+    ssl_session_cache shared:s:1m;
+    location / { return 200 "sni=$ssl_server_name reused=$ssl_session_reused client=$ssl_client_s_dn\n"; }
+  }""" % (self.origin_port, cert, key, client), [self.origin_port])
+
+    def start_proxy(self, tls_context, max_requests_per_connection=None):
+        self.port = free_port()
+        c = cluster("origin", self.origin_port,
+                    max_requests_per_connection=max_requests_per_connection)
+        c["transport_socket"] = {"name": "envoy.transport_sockets.tls", "typed_config": dict(
+            {"@type": UPSTREAM_TLS_TYPE}, **tls_context)}
+        self.proxy = self.start_rpx(bootstrap([http_listener("l", self.port, [
+            virtual_host("all", ["*"], [route("/", "origin")])])], [c]))
+
+    def get(self):
+        return curl("http://127.0.0.1:%d/" % self.port, timeout=20)
+
+    def verified(self, san=None, ca=None):
+        v = {"trusted_ca": {"filename": ca or self.pki.ca}}
+        if san:
+            v["match_typed_subject_alt_names"] = [{"san_type": "DNS", "matcher": {"exact": san}}]
+        return {"sni": "origin.example.com", "common_tls_context": {"validation_context": v}}
+
+    def test_verified_with_sni_and_sessions_resumed(self):
+        self.start_origin()
+        self.start_proxy(self.verified(san="origin.example.com"), max_requests_per_connection=1)
+        bodies = [self.get() for _ in range(4)]
+        for r in bodies:
+            self.assertEqual(r.status, 200, r)
+            self.assertIn(b"sni=origin.example.com", r.body)
+        # One connection per request: the later ones resume the first one's session.
+        self.assertIn(b"reused=r", bodies[-1].body)
+        stats = self.proxy.stats()
+        self.assertEqual(stats["cluster.origin.ssl.handshake"], 4)
+        self.assertGreaterEqual(stats["cluster.origin.ssl.session_reused"], 1)
+
+    def test_verification_failures_are_503s_that_say_why(self):
+        self.start_origin()
+        cases = [
+            (self.verified(ca=self.other_pki.ca),
+             "TLS verification failed: certificate verify failed: unable to get local issuer "
+             "certificate"),
+            (self.verified(san="other.example.com"),
+             "TLS verification failed: certificate verify failed: no subject alternative name "
+             "matched"),
+        ]
+        for ctx, why in cases:
+            with self.subTest(why=why):
+                self.start_proxy(ctx)
+                r = self.get()
+                self.assertEqual(r.status, 503, r)
+                self.assertIn(why.encode(), r.body)
+                self.assertEqual(self.proxy.stat("cluster.origin.ssl.fail_verify"), 1)
+                self.proxy.cleanup()
+
+    def test_expired_certificate(self):
+        self.start_origin(cert=self.expired)
+        self.start_proxy(self.verified())
+        r = self.get()
+        self.assertEqual(r.status, 503, r)
+        self.assertIn(b"TLS verification failed: certificate verify failed: certificate has "
+                      b"expired", r.body)
+
+    def test_mutual_tls_to_the_origin(self):
+        self.start_origin(verify_client=True)
+        ctx = self.verified()
+        self.start_proxy(ctx)
+        r = self.get()
+        self.assertNotEqual(r.status, 200, r)  # no client certificate: nginx refuses (400)
+        self.proxy.cleanup()
+        ctx["common_tls_context"]["tls_certificates"] = [tls_certificate(self.client)]
+        self.start_proxy(ctx)
+        r = self.get()
+        self.assertEqual(r.status, 200, r)
+        self.assertIn(b"client=CN=rpx", r.body)
+
+    def test_cleartext_origin_behind_a_tls_cluster_fails_cleanly(self):
+        up = self.start_echo("plain")
+        self.origin_port = up.port
+        self.start_proxy(self.verified())
+        r = self.get()
+        self.assertEqual(r.status, 503, r)
+        self.assertIn(b"upstream connect error: TLS error:", r.body)
+        self.assertEqual(up.request_count(), 0)
 
 
 if __name__ == "__main__":
