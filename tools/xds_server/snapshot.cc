@@ -24,8 +24,8 @@ using google::protobuf::FieldDescriptor;
 using google::protobuf::Message;
 using google::protobuf::Reflection;
 
-constexpr const char* kShortNames[] = {"CDS", "EDS", "LDS", "RDS"};
-constexpr const char* kPluralNames[] = {"clusters", "endpoints", "listeners", "routes"};
+constexpr const char* kShortNames[] = {"CDS", "EDS", "LDS", "RDS", "SDS"};
+constexpr const char* kPluralNames[] = {"clusters", "endpoints", "listeners", "routes", "secrets"};
 
 std::string SerializeDeterministically(const Message& message) {
   std::string out;
@@ -149,6 +149,9 @@ void AddResources(const google::protobuf::RepeatedPtrField<T>& list, ResourceTyp
 
 std::string ListenerName(const envoy::config::listener::v3::Listener& m) { return m.name(); }
 std::string RouteName(const envoy::config::route::v3::RouteConfiguration& m) { return m.name(); }
+std::string SecretName(const envoy::extensions::transport_sockets::tls::v3::Secret& m) {
+  return m.name();
+}
 std::string ClusterName(const envoy::config::cluster::v3::Cluster& m) { return m.name(); }
 std::string EndpointName(const envoy::config::endpoint::v3::ClusterLoadAssignment& m) {
   return m.cluster_name();
@@ -162,6 +165,7 @@ const std::string& TypeUrl(ResourceType type) {
       "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment",
       "type.googleapis.com/envoy.config.listener.v3.Listener",
       "type.googleapis.com/envoy.config.route.v3.RouteConfiguration",
+      "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret",
   };
   return kUrls[static_cast<int>(type)];
 }
@@ -202,6 +206,11 @@ std::string DescribeSnapshot(const Snapshot& snapshot) {
     std::vector<std::string> names;
     for (const auto& [name, r] : snapshot.of(t)) names.push_back(name);
     absl::StrAppend(&line, " ", kPluralNames[static_cast<int>(t)], "=", absl::StrJoin(names, ","));
+  }
+  if (!snapshot.of(ResourceType::kSecret).empty()) {
+    std::vector<std::string> names;
+    for (const auto& [name, r] : snapshot.of(ResourceType::kSecret)) names.push_back(name);
+    absl::StrAppend(&line, " secrets=", absl::StrJoin(names, ","));
   }
   return line;
 }
@@ -246,6 +255,7 @@ bool LoadResourceDirectory(const std::string& dir, Snapshot* out,
                  errors);
     AddResources(parsed.endpoints(), ResourceType::kEndpoint, path, &EndpointName, out, &origin,
                  errors);
+    AddResources(parsed.secrets(), ResourceType::kSecret, path, &SecretName, out, &origin, errors);
   }
   return errors->size() == errors_before;
 }

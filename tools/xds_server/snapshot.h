@@ -26,16 +26,18 @@ namespace xds_server {
 // One line of output, without the newline. Called from several threads; the sink serializes.
 using LogFn = std::function<void(const std::string& line)>;
 
-// In the order a control plane should push them (make before break): clusters before their
+// kAllResourceTypes lists them in the order a control plane should push them (make before
+// break): secrets before the clusters and listeners that use them, clusters before their
 // endpoints, listeners before their routes.
-enum class ResourceType { kCluster = 0, kEndpoint = 1, kListener = 2, kRoute = 3 };
-constexpr int kNumResourceTypes = 4;
+enum class ResourceType { kCluster = 0, kEndpoint = 1, kListener = 2, kRoute = 3, kSecret = 4 };
+constexpr int kNumResourceTypes = 5;
 constexpr std::array<ResourceType, kNumResourceTypes> kAllResourceTypes = {
-    ResourceType::kCluster, ResourceType::kEndpoint, ResourceType::kListener, ResourceType::kRoute};
+    ResourceType::kSecret, ResourceType::kCluster, ResourceType::kEndpoint, ResourceType::kListener,
+    ResourceType::kRoute};
 
 // "type.googleapis.com/envoy.config.listener.v3.Listener" and so on.
 const std::string& TypeUrl(ResourceType type);
-// "LDS", "RDS", "CDS", "EDS".
+// "LDS", "RDS", "CDS", "EDS", "SDS".
 const char* ShortTypeName(ResourceType type);
 // False for a type URL this server does not serve.
 bool ParseTypeUrl(const std::string& type_url, ResourceType* type);
@@ -63,7 +65,8 @@ struct Snapshot {
   bool SameResources(const Snapshot& other) const;
 };
 
-// "snapshot version=3 listeners=a,b routes=r clusters=c endpoints=c".
+// "snapshot version=3 listeners=a,b routes=r clusters=c endpoints=c" (and " secrets=s" when
+// there are any).
 std::string DescribeSnapshot(const Snapshot& snapshot);
 
 // 16 hex digits of the 64-bit FNV-1a hash of `bytes`.

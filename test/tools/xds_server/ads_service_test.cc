@@ -16,6 +16,7 @@
 #include "envoy/config/endpoint/v3/endpoint.pb.h"
 #include "envoy/config/listener/v3/listener.pb.h"
 #include "envoy/config/route/v3/route.pb.h"
+#include "envoy/extensions/transport_sockets/tls/v3/secret.pb.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -36,6 +37,7 @@ using ::testing::IsEmpty;
 const std::string kLds = "type.googleapis.com/envoy.config.listener.v3.Listener";
 const std::string kRds = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
 const std::string kCds = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+const std::string kSds = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret";
 const std::string kEds = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
 
 // Long enough for a loaded 2-core machine; only reached when something is wrong.
@@ -460,15 +462,37 @@ TEST_F(AdsServiceTest, SotwOnlyTheChangedTypeIsPushed) {
 TEST_F(AdsServiceTest, UnsupportedTypeIsIgnored) {
   StartServer();
   auto stream = OpenSotw();
-  stream->Send(Sotw("type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret", {}, "",
-                    "", "node-u"));
+  stream->Send(Sotw("type.googleapis.com/envoy.service.runtime.v3.Runtime", {}, "", "", "node-u"));
   stream->Send(Sotw(kCds));
   auto resp = stream->Next();
   ASSERT_TRUE(resp);
   EXPECT_EQ(resp->type_url(), kCds);
   EXPECT_TRUE(log_.WaitFor(
-      "ignored node=node-u type_url=type.googleapis.com/envoy.extensions.transport_sockets.tls."
-      "v3.Secret"));
+      "ignored node=node-u type_url=type.googleapis.com/envoy.service.runtime.v3.Runtime"));
+}
+
+TEST_F(AdsServiceTest, SecretsAreServedByName) {
+  WriteFile(dir_, "secrets.yaml", R"(secrets:
+- name: server_cert
+  tls_certificate:
+    certificate_chain: {inline_string: "chain"}
+    private_key: {inline_string: "key"}
+- name: other
+  validation_context: {trusted_ca: {inline_string: "ca"}}
+)");
+  StartServer();
+  ASSERT_TRUE(log_.WaitFor("endpoints=c1 secrets=other,server_cert")) << log_.All();
+  auto stream = OpenSotw();
+  stream->Send(Sotw(kSds, {"server_cert"}, "", "", "node-s"));
+  auto resp = stream->Next();
+  ASSERT_TRUE(resp);
+  EXPECT_EQ(resp->type_url(), kSds);
+  ASSERT_EQ(resp->resources_size(), 1);
+  envoy::extensions::transport_sockets::tls::v3::Secret secret;
+  ASSERT_TRUE(resp->resources(0).UnpackTo(&secret));
+  EXPECT_EQ(secret.name(), "server_cert");
+  EXPECT_EQ(secret.tls_certificate().certificate_chain().inline_string(), "chain");
+  EXPECT_TRUE(log_.WaitFor("push node=node-s type=SDS version=1 nonce=1 resources=server_cert"));
 }
 
 TEST_F(AdsServiceTest, StreamsWaitForTheFirstGoodSnapshot) {
