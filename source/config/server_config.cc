@@ -48,6 +48,35 @@ uint64_t Ms(const google::protobuf::Duration& d) {
   return static_cast<uint64_t>(d.seconds()) * 1000 + d.nanos() / 1000000;
 }
 
+// The TLS context of `chain` (its tls_config) with the secrets in `options`. Null with
+// `*missing` when SDS secrets have not arrived, or with errors.
+std::shared_ptr<const TlsContext> BuildDownstreamTls(const FilterChainConfig& chain,
+                                                     const BuildOptions& options,
+                                                     std::vector<std::string>* sds_names,
+                                                     bool* missing,
+                                                     std::vector<std::string>* errors) {
+  TlsContextOptions o;
+  SecretSources secrets{&options.secrets, &options.sds_secrets, sds_names};
+  if (!DownstreamTlsOptions(*chain.tls_config, chain.tls_path, &secrets, &o, errors)) {
+    return nullptr;
+  }
+  *missing = secrets.sds_missing;
+  if (*missing) return nullptr;
+  // ALPN offers only what rpx's codecs speak (HTTP/1.x for now): selecting h2 and then speaking
+  // HTTP/1.1 would break every such client, which instead falls back to HTTP/1.1.
+  std::vector<std::string> spoken;
+  for (const auto& p : o.alpn) {
+    if (p == "http/1.1" || p == "http/1.0") spoken.push_back(p);
+  }
+  o.alpn = std::move(spoken);
+  auto context = TlsContext::Create(o);
+  if (!context.ok()) {
+    errors->push_back(std::string(context.status().message()));
+    return nullptr;
+  }
+  return *context;
+}
+
 class Builder {
  public:
   Builder(const BuildOptions& options, std::vector<std::string>* errors)
@@ -691,13 +720,15 @@ bool Builder::UpstreamTransport(const envoy::config::core::v3::TransportSocket& 
     Error(path + ".typed_config", "cannot decode the UpstreamTlsContext");
     return false;
   }
+  info->tls_required = true;
   TlsContextOptions o;
   std::vector<std::string> tls_errors;
-  if (!UpstreamTlsOptions(ctx, path + ".typed_config", options_.secrets, &o, &info->sni,
-                          &tls_errors)) {
+  SecretSources secrets{&options_.secrets, &options_.sds_secrets, &info->sds_secrets};
+  if (!UpstreamTlsOptions(ctx, path + ".typed_config", &secrets, &o, &info->sni, &tls_errors)) {
     for (const auto& e : tls_errors) errors_->push_back(absl::StrCat(options_.source, ": ", e));
     return false;
   }
+  if (secrets.sds_missing) return true;  // built once the secrets arrive
   // What rpx's upstream codec speaks (HTTP/1.1 for now).
   std::vector<std::string> spoken;
   for (const auto& p : o.alpn) {
@@ -727,31 +758,20 @@ bool Builder::DownstreamTransport(const envoy::config::core::v3::TransportSocket
                              "DownstreamTlsContext, or raw_buffer)"));
     return false;
   }
-  envoy::extensions::transport_sockets::tls::v3::DownstreamTlsContext ctx;
-  if (!ts.typed_config().UnpackTo(&ctx)) {
+  auto ctx =
+      std::make_shared<envoy::extensions::transport_sockets::tls::v3::DownstreamTlsContext>();
+  if (!ts.typed_config().UnpackTo(ctx.get())) {
     Error(path + ".typed_config", "cannot decode the DownstreamTlsContext");
     return false;
   }
-  TlsContextOptions o;
+  chain->tls_required = true;
+  chain->tls_config = std::move(ctx);
+  chain->tls_path = path + ".typed_config";
   std::vector<std::string> tls_errors;
-  if (!DownstreamTlsOptions(ctx, path + ".typed_config", options_.secrets, &o, &tls_errors)) {
-    for (const auto& e : tls_errors) errors_->push_back(absl::StrCat(options_.source, ": ", e));
-    return false;
-  }
-  // ALPN offers only what rpx's codecs speak (HTTP/1.x for now): selecting h2 and then speaking
-  // HTTP/1.1 would break every such client, which instead falls back to HTTP/1.1.
-  std::vector<std::string> spoken;
-  for (const auto& p : o.alpn) {
-    if (p == "http/1.1" || p == "http/1.0") spoken.push_back(p);
-  }
-  o.alpn = std::move(spoken);
-  auto context = TlsContext::Create(o);
-  if (!context.ok()) {
-    errors_->push_back(absl::StrCat(options_.source, ": ", context.status().message()));
-    return false;
-  }
-  chain->tls = *context;
-  return true;
+  bool missing = false;
+  chain->tls = BuildDownstreamTls(*chain, options_, &chain->sds_secrets, &missing, &tls_errors);
+  for (const auto& e : tls_errors) errors_->push_back(absl::StrCat(options_.source, ": ", e));
+  return tls_errors.empty();
 }
 
 std::shared_ptr<const FilterChainConfig> Builder::BuildChain(const FilterChain& chain,
@@ -824,6 +844,19 @@ std::shared_ptr<const FilterChainConfig> Builder::BuildChain(const FilterChain& 
 }
 
 }  // namespace
+
+std::shared_ptr<const FilterChainConfig> RebuildChainTls(const FilterChainConfig& chain,
+                                                         const BuildOptions& options, bool* missing,
+                                                         std::vector<std::string>* errors) {
+  auto next = std::make_shared<FilterChainConfig>(chain);
+  std::vector<std::string> names;
+  size_t before = errors->size();
+  next->tls = BuildDownstreamTls(chain, options, &names, missing, errors);
+  for (size_t i = before; i < errors->size(); ++i) {
+    (*errors)[i] = absl::StrCat(options.source, options.source.empty() ? "" : ": ", (*errors)[i]);
+  }
+  return next->tls ? next : nullptr;
+}
 
 int ListenerConfig::SelectChain(const ConnectionFacts& facts) const {
   size_t n = chains.size() - (has_default_chain ? 1 : 0);
@@ -981,6 +1014,12 @@ bool BuildServerConfig(const envoy::config::bootstrap::v3::Bootstrap& bootstrap,
   for (const auto& l : out->listeners) {
     for (const auto& c : l->chains) {
       if (!c->rds_name.empty()) ads_users.push_back(c->route_config_path + ".rds: RDS");
+      if (!c->sds_secrets.empty()) ads_users.push_back(c->tls_path + ": SDS");
+    }
+  }
+  for (const auto& [name, c] : out->clusters) {
+    if (!c.info->sds_secrets.empty()) {
+      ads_users.push_back(absl::StrCat("cluster '", name, "' transport_socket: SDS"));
     }
   }
   for (int i = 0; i < sr.clusters_size(); ++i) {
@@ -1013,6 +1052,11 @@ bool BuildServerConfig(const envoy::config::bootstrap::v3::Bootstrap& bootstrap,
       b.Error("dynamic_resources.ads_config",
               absl::StrCat("cluster '", out->xds.cluster,
                            "' is the xDS cluster, so its endpoints cannot come from EDS"));
+    } else if (it->second.info->tls_required) {
+      b.Error("dynamic_resources.ads_config",
+              absl::StrCat("cluster '", out->xds.cluster,
+                           "': TLS to the xDS server is not implemented yet (the stream would go "
+                           "out in cleartext)"));
     } else if (!it->second.hosts || it->second.hosts->empty()) {
       b.Error("dynamic_resources.ads_config",
               absl::StrCat("cluster '", out->xds.cluster, "' has no endpoints"));

@@ -55,8 +55,16 @@ struct ConnectionLimit {
 struct FilterChainConfig {
   std::string name;  // FilterChain.name, or its field path
   FilterChainMatch match;
-  std::shared_ptr<const TlsContext> tls;  // transport_socket envoy.transport_sockets.tls; or none
-  uint64_t handshake_timeout_ms = 0;      // transport_socket_connect_timeout; 0: none
+  // transport_socket envoy.transport_sockets.tls. With tls_required and no tls, the context
+  // waits for SDS secrets (sds_secrets): its connections are refused, never served in cleartext.
+  bool tls_required = false;
+  std::shared_ptr<const TlsContext> tls;
+  std::vector<std::string> sds_secrets;  // SDS secret names the context uses
+  // The DownstreamTlsContext and its field path, to build the context again with new secrets.
+  std::shared_ptr<const envoy::extensions::transport_sockets::tls::v3::DownstreamTlsContext>
+      tls_config;
+  std::string tls_path;
+  uint64_t handshake_timeout_ms = 0;  // transport_socket_connect_timeout; 0: none
   std::shared_ptr<const HttpConfig> http;
   // Inline route_config, or the RDS route table once it has arrived (nullptr while warming).
   std::shared_ptr<const RouteTable> routes;
@@ -106,6 +114,13 @@ struct ListenerConfig {
 
   // The chain for a new connection (an index into chains), or -1: none matches.
   int SelectChain(const ConnectionFacts& facts) const;
+  // A chain's TLS context still waits for SDS secrets.
+  bool tls_pending() const {
+    for (const auto& c : chains) {
+      if (c->tls_required && !c->tls) return true;
+    }
+    return false;
+  }
   bool uses_rds() const {
     for (const auto& c : chains) {
       if (!c->rds_name.empty()) return true;
@@ -151,13 +166,20 @@ struct BuildOptions {
   uint32_t stats_slots = 1;  // number of workers: one stats block each
   bool resolve_dns = true;   // false in --mode validate
   std::string source;        // file name, for messages
-  SecretMap secrets;         // secrets a TLS context may name (static_resources.secrets, SDS)
+  SecretMap secrets;         // static_resources.secrets
+  SecretMap sds_secrets;     // secrets that arrived over SDS
 };
 
 // Builds `out` from `bootstrap`. Returns false after appending every problem to `errors`.
 bool BuildServerConfig(const envoy::config::bootstrap::v3::Bootstrap& bootstrap,
                        const BuildOptions& options, ServerConfig* out,
                        std::vector<std::string>* errors);
+
+// A chain's TLS context built again with `secrets` (after SDS secrets arrived or changed).
+// Returns the new chain, or nullptr with `*missing` set (secrets still missing) or errors.
+std::shared_ptr<const FilterChainConfig> RebuildChainTls(const FilterChainConfig& chain,
+                                                         const BuildOptions& options, bool* missing,
+                                                         std::vector<std::string>* errors);
 
 // Building single resources, as xDS delivers them. Each appends its problems to `errors` (with
 // `path` naming the resource) and returns nullptr / false when there was any.

@@ -192,10 +192,13 @@ const std::set<std::string>& Supported() {
       "envoy.extensions.transport_sockets.tls.v3.SubjectAltNameMatcher.san_type",
       "envoy.extensions.transport_sockets.tls.v3.SubjectAltNameMatcher.matcher",
       "envoy.extensions.transport_sockets.tls.v3.SdsSecretConfig.name",
+      "envoy.extensions.transport_sockets.tls.v3.SdsSecretConfig.sds_config",
+      "envoy.extensions.transport_sockets.tls.v3.GenericSecret.secret",
       "envoy.extensions.transport_sockets.tls.v3.Secret.name",
       "envoy.extensions.transport_sockets.tls.v3.Secret.tls_certificate",
       "envoy.extensions.transport_sockets.tls.v3.Secret.session_ticket_keys",
       "envoy.extensions.transport_sockets.tls.v3.Secret.validation_context",
+      "envoy.extensions.transport_sockets.tls.v3.Secret.generic_secret",
       "envoy.config.listener.v3.Filter.name",
       "envoy.config.listener.v3.Filter.typed_config",
       // http connection manager
@@ -367,10 +370,6 @@ std::string Hint(const std::string& full) {
   if (full == "envoy.config.cluster.v3.Cluster.transport_socket_matches") {
     return " (choosing the transport socket by endpoint metadata is not implemented yet: "
            "traffic would go out with the wrong transport)";
-  }
-  if (full == "envoy.extensions.transport_sockets.tls.v3.SdsSecretConfig.sds_config") {
-    return " (SDS is not implemented yet; a secret without sds_config comes from "
-           "static_resources.secrets)";
   }
   if (full == "envoy.config.route.v3.RouteAction.retry_policy" ||
       full == "envoy.config.route.v3.VirtualHost.retry_policy") {

@@ -26,20 +26,35 @@ void Err(std::vector<std::string>* errors, const std::string& path, const std::s
   errors->push_back(absl::StrCat(path, ": ", what));
 }
 
-// The secret an SdsSecretConfig names, with the type the caller needs; null (and an error) if
-// there is none.
+// The secret an SdsSecretConfig names, with the type the caller needs. Null (with an error) if
+// there is none; null without an error for an SDS secret that has not arrived yet (noted in
+// `secrets`).
 const Secret* FindSecret(const SdsSecretConfig& sds, Secret::TypeCase type, const std::string& path,
-                         const SecretMap& secrets, std::vector<std::string>* errors) {
+                         SecretSources* secrets, std::vector<std::string>* errors) {
   if (sds.name().empty()) {
     Err(errors, path + ".name", "is required");
     return nullptr;
   }
-  auto it = secrets.find(sds.name());
-  if (it == secrets.end()) {
-    Err(errors, path,
-        absl::StrCat("secret '", sds.name(), "' is not defined",
-                     sds.has_sds_config() ? " (it did not arrive over SDS)"
-                                          : " in static_resources.secrets"));
+  bool dynamic = sds.has_sds_config();
+  if (dynamic) {
+    using CS = envoy::config::core::v3::ConfigSource;
+    if (sds.sds_config().config_source_specifier_case() != CS::kAds) {
+      Err(errors, path + ".sds_config", "only ads: {} is supported");
+      return nullptr;
+    }
+    if (secrets->sds_names) secrets->sds_names->push_back(sds.name());
+  }
+  const SecretMap* map = dynamic ? secrets->sds : secrets->static_secrets;
+  auto it = map ? map->find(sds.name()) : SecretMap::const_iterator();
+  if (!map || it == map->end()) {
+    if (dynamic) {
+      secrets->sds_missing = true;  // not arrived yet: the caller waits for it
+    } else {
+      Err(errors, path,
+          absl::StrCat("secret '", sds.name(),
+                       "' is not defined in static_resources.secrets (or "
+                       "give the reference an sds_config to take it from SDS)"));
+    }
     return nullptr;
   }
   if (it->second.type_case() != type) {
@@ -149,7 +164,7 @@ int Version(TlsParameters::TlsProtocol p, int dflt) {
   }
 }
 
-bool Common(const CommonTlsContext& c, const std::string& path, const SecretMap& secrets,
+bool Common(const CommonTlsContext& c, const std::string& path, SecretSources* secrets,
             TlsContextOptions* out, std::vector<std::string>* errors) {
   size_t before = errors->size();
   const auto& p = c.tls_params();
@@ -243,7 +258,7 @@ bool ReadDataSource(const envoy::config::core::v3::DataSource& ds, const std::st
 }
 
 bool DownstreamTlsOptions(const DownstreamTlsContext& ctx, const std::string& path,
-                          const SecretMap& secrets, TlsContextOptions* out,
+                          SecretSources* secrets, TlsContextOptions* out,
                           std::vector<std::string>* errors) {
   size_t before = errors->size();
   out->server = true;
@@ -300,7 +315,7 @@ bool DownstreamTlsOptions(const DownstreamTlsContext& ctx, const std::string& pa
 }
 
 bool UpstreamTlsOptions(const UpstreamTlsContext& ctx, const std::string& path,
-                        const SecretMap& secrets, TlsContextOptions* out, std::string* sni,
+                        SecretSources* secrets, TlsContextOptions* out, std::string* sni,
                         std::vector<std::string>* errors) {
   size_t before = errors->size();
   out->server = false;
@@ -317,16 +332,44 @@ bool UpstreamTlsOptions(const UpstreamTlsContext& ctx, const std::string& path,
   return errors->size() == before;
 }
 
-std::vector<std::string> SdsSecretNames(const CommonTlsContext& c) {
-  std::vector<std::string> names;
-  for (const auto& s : c.tls_certificate_sds_secret_configs()) names.push_back(s.name());
-  if (c.has_validation_context_sds_secret_config()) {
-    names.push_back(c.validation_context_sds_secret_config().name());
+std::string CheckSecret(const Secret& secret, const std::string& path) {
+  std::vector<std::string> errors;
+  TlsContextOptions o;
+  o.where = path;
+  switch (secret.type_case()) {
+    case Secret::kTlsCertificate:
+      if (!Certificate(secret.tls_certificate(), path + ".tls_certificate", &o, &errors)) break;
+      if (auto c = TlsContext::Create(o); !c.ok())
+        errors.push_back(std::string(c.status().message()));
+      break;
+    case Secret::kValidationContext:
+      o.server = false;
+      if (!Validation(secret.validation_context(), path + ".validation_context", &o, &errors))
+        break;
+      if (auto c = TlsContext::Create(o); !c.ok())
+        errors.push_back(std::string(c.status().message()));
+      break;
+    case Secret::kSessionTicketKeys:
+      for (int i = 0; i < secret.session_ticket_keys().keys_size(); ++i) {
+        std::string key;
+        std::string kp = absl::StrCat(path, ".session_ticket_keys.keys[", i, "]");
+        if (ReadDataSource(secret.session_ticket_keys().keys(i), kp, &key, &errors) &&
+            key.size() != 80) {
+          Err(&errors, kp, absl::StrCat("a session ticket key must be 80 bytes, not ", key.size()));
+        }
+      }
+      if (secret.session_ticket_keys().keys_size() == 0) {
+        Err(&errors, path + ".session_ticket_keys.keys", "at least one key is required");
+      }
+      break;
+    case Secret::kGenericSecret:
+      break;  // nothing in rpx uses one; kept
+    default:
+      Err(&errors, path, "tls_certificate, validation_context or session_ticket_keys is required");
   }
-  if (c.has_combined_validation_context()) {
-    names.push_back(c.combined_validation_context().validation_context_sds_secret_config().name());
-  }
-  return names;
+  std::string out;
+  for (const auto& e : errors) out += (out.empty() ? "" : "; ") + e;
+  return out;
 }
 
 }  // namespace rpx

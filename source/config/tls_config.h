@@ -17,9 +17,19 @@
 
 namespace rpx {
 
-// Secrets a context may name without an sds_config (static_resources.secrets), or that arrived
-// over SDS, by name.
+// Secrets by name.
 using SecretMap = std::map<std::string, envoy::extensions::transport_sockets::tls::v3::Secret>;
+
+// Where the secrets a TLS context names come from: static_resources.secrets for an
+// SdsSecretConfig without sds_config, the secrets that arrived over SDS (ADS) for one with it.
+struct SecretSources {
+  const SecretMap* static_secrets = nullptr;
+  const SecretMap* sds = nullptr;
+  // Out: the SDS secret names the context uses, and whether any has not arrived yet (then the
+  // options are incomplete: the caller waits for them instead of building the context).
+  std::vector<std::string>* sds_names = nullptr;
+  bool sds_missing = false;
+};
 
 // The bytes of a DataSource (filename, inline_string, inline_bytes, environment_variable).
 bool ReadDataSource(const envoy::config::core::v3::DataSource& ds, const std::string& path,
@@ -28,15 +38,16 @@ bool ReadDataSource(const envoy::config::core::v3::DataSource& ds, const std::st
 // `path` names the context itself (e.g. "...transport_socket.typed_config").
 bool DownstreamTlsOptions(
     const envoy::extensions::transport_sockets::tls::v3::DownstreamTlsContext& ctx,
-    const std::string& path, const SecretMap& secrets, TlsContextOptions* out,
+    const std::string& path, SecretSources* secrets, TlsContextOptions* out,
     std::vector<std::string>* errors);
 bool UpstreamTlsOptions(
     const envoy::extensions::transport_sockets::tls::v3::UpstreamTlsContext& ctx,
-    const std::string& path, const SecretMap& secrets, TlsContextOptions* out, std::string* sni,
+    const std::string& path, SecretSources* secrets, TlsContextOptions* out, std::string* sni,
     std::vector<std::string>* errors);
 
-// The SDS secret names a context needs (certificates, validation context, ticket keys).
-std::vector<std::string> SdsSecretNames(
-    const envoy::extensions::transport_sockets::tls::v3::CommonTlsContext& common);
+// Checks a Secret that arrived over SDS (its certificate and key parse and match, its CA
+// parses, its ticket keys have the right size). "" if it is usable, else why not.
+std::string CheckSecret(const envoy::extensions::transport_sockets::tls::v3::Secret& secret,
+                        const std::string& path);
 
 }  // namespace rpx

@@ -37,6 +37,7 @@ std::string ShortType(const std::string& type_url) {
   if (type_url == kRouteType) return "RDS";
   if (type_url == kClusterType) return "CDS";
   if (type_url == kEndpointType) return "EDS";
+  if (type_url == kSecretType) return "SDS";
   return type_url;
 }
 
@@ -180,9 +181,9 @@ void XdsClient::OnConnected(uint64_t generation) {
   connected_ = true;
   ++reconnects_;
   applier_.OnStreamState(true);
-  // (Re)subscribe in Envoy's order: clusters and their endpoints before listeners and their
-  // routes. Types with nothing to ask for send nothing (SendRequest).
-  for (const char* t : {kClusterType, kEndpointType, kListenerType, kRouteType}) {
+  // (Re)subscribe in Envoy's order: secrets, clusters and their endpoints, then listeners and
+  // their routes. Types with nothing to ask for send nothing (SendRequest).
+  for (const char* t : {kSecretType, kClusterType, kEndpointType, kListenerType, kRouteType}) {
     auto it = types_.find(t);
     if (it == types_.end()) continue;
     it->second.nonce.clear();

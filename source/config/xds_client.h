@@ -1,7 +1,8 @@
 // XdsClient: one ADS stream to a control plane, state of the world or delta, as Envoy speaks it.
 //
 // Subscriptions, as Envoy makes them: Listener and Cluster are wildcard when Start() asks for
-// them; RouteConfiguration and ClusterLoadAssignment ask for exactly the names SetNames() gives.
+// them; RouteConfiguration, ClusterLoadAssignment and Secret ask for exactly the names
+// SetNames() gives.
 // A type nobody names is never requested: an empty first request would be a (legacy) wildcard
 // subscription, and a control plane that honours it sends every route table or endpoint set it
 // has. When the last name of a type goes, SotW sends an empty list (after names were sent on the
@@ -42,6 +43,8 @@ constexpr char kRouteType[] = "type.googleapis.com/envoy.config.route.v3.RouteCo
 constexpr char kClusterType[] = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
 constexpr char kEndpointType[] =
     "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
+constexpr char kSecretType[] =
+    "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret";
 
 struct XdsResource {
   std::string version;

@@ -120,6 +120,7 @@ BuildOptions ConfigManager::Options(const std::string& source) const {
   o.stats_slots = concurrency_;
   o.source = source;
   o.secrets = static_secrets_;
+  for (const auto& [name, secret] : secrets_) o.sds_secrets[name] = secret.proto;
   return o;
 }
 
@@ -149,8 +150,10 @@ bool ConfigManager::StartStatic(std::string* error) {
     opened.emplace_back(l, std::move(fds));
   }
   for (auto& [l, fds] : opened) {
-    if (l->uses_rds()) {
-      // A static listener with RDS warms like a dynamic one.
+    bool uses_sds = false;
+    for (const auto& c : l->chains) uses_sds |= !c->sds_secrets.empty();
+    if (l->uses_rds() || uses_sds) {
+      // A static listener with RDS or SDS warms (and takes updates) like a dynamic one.
       DynListener& d = listeners_[l->name];
       d.is_static = true;
       d.pending = l;
@@ -172,6 +175,7 @@ bool ConfigManager::StartStatic(std::string* error) {
 
 void ConfigManager::AttachXds(XdsClient* xds) {
   xds_ = xds;
+  RefreshSdsNames();
   RefreshEdsNames();
   RefreshRdsNames();
 }
@@ -182,6 +186,7 @@ std::string ConfigManager::Apply(const std::string& type_url, const XdsResourceM
   if (type_url == kEndpointType) return ApplyEndpoints(resources, version);
   if (type_url == kListenerType) return ApplyListeners(resources, version);
   if (type_url == kRouteType) return ApplyRoutes(resources, version);
+  if (type_url == kSecretType) return ApplySecrets(resources, version);
   return absl::StrCat("unsupported type ", type_url);
 }
 
@@ -250,19 +255,17 @@ std::string ConfigManager::ApplyClusters(const XdsResourceMap& resources,
       auto ep = endpoints_.find(d.entry.info->eds_service_name);
       if (ep != endpoints_.end()) {
         d.entry.hosts = ep->second.hosts;
-        d.warm = true;
+        d.endpoints_arrived = true;
       }
-    } else {
-      d.warm = true;
     }
-    if (d.warm) {
-      d.serving = d.entry;
-      d.has_serving = true;
-    } else {
+    UpdateWarmth(d);
+    if (!d.warm) {
       d.warm_timer = main_.CreateTimer([this, name] {
         auto it = clusters_.find(name);
         if (it == clusters_.end() || it->second.warm) return;
-        RPX_LOG(kWarn, "cluster '%s': no endpoints within initial_fetch_timeout", name);
+        RPX_LOG(kWarn, "cluster '%s': %s within initial_fetch_timeout", name,
+                it->second.endpoints_arrived || !it->second.entry.info->eds ? "no TLS secrets"
+                                                                            : "no endpoints");
         it->second.warm = true;
         it->second.serving = it->second.entry;
         it->second.has_serving = true;
@@ -274,6 +277,7 @@ std::string ConfigManager::ApplyClusters(const XdsResourceMap& resources,
   }
   clusters_ = std::move(next);
   cds_applied_ = true;
+  RefreshSdsNames();
   RefreshEdsNames();
   PublishClusters();
   return "";
@@ -320,10 +324,8 @@ std::string ConfigManager::ApplyEndpoints(const XdsResourceMap& resources,
         ep != endpoints_.end() ? ep->second.hosts : std::make_shared<const HostSet>();
     if (ep == endpoints_.end() && !d.warm) continue;  // still waiting for its first assignment
     d.entry.hosts = hosts;  // same ClusterInfo: workers keep pools of hosts that stay
-    d.warm = true;
-    if (d.warm_timer) d.warm_timer->Disable();
-    d.serving = d.entry;
-    d.has_serving = true;
+    d.endpoints_arrived = true;
+    UpdateWarmth(d);
   }
   for (auto& [name, c] : static_clusters_) {
     if (!c.info->eds) continue;
@@ -337,6 +339,173 @@ std::string ConfigManager::ApplyEndpoints(const XdsResourceMap& resources,
   }
   PublishClusters();
   return "";
+}
+
+bool ConfigManager::ClusterReady(const DynCluster& d) {
+  const ClusterInfo& info = *d.entry.info;
+  return (!info.eds || d.endpoints_arrived) && !(info.tls_required && !info.tls);
+}
+
+void ConfigManager::UpdateWarmth(DynCluster& d) {
+  if (!d.warm) {
+    if (!ClusterReady(d)) return;
+    d.warm = true;
+    if (d.warm_timer) d.warm_timer->Disable();
+  }
+  d.serving = d.entry;
+  d.has_serving = true;
+}
+
+std::string ConfigManager::ApplySecrets(const XdsResourceMap& resources,
+                                        const std::string& version) {
+  std::vector<std::string> errors;
+  std::map<std::string, SdsSecret> next;
+  std::set<std::string> changed;
+  uint64_t ignored = 0;
+  for (const auto& [name, res] : resources) {
+    auto old = secrets_.find(name);
+    if (old != secrets_.end() && old->second.bytes == res.resource.value()) {
+      next[name] = old->second;
+      continue;
+    }
+    std::string path = absl::StrCat("Secret '", name, "'");
+    SdsSecret sec;
+    if (!res.resource.UnpackTo(&sec.proto)) {
+      errors.push_back(absl::StrCat(path, ": cannot decode"));
+      continue;
+    }
+    size_t before = errors.size();
+    CheckDynamicFields(sec.proto, "", path, &errors, &ignored);
+    if (errors.size() != before) continue;
+    std::string why = CheckSecret(sec.proto, path);
+    if (!why.empty()) {
+      errors.push_back(why);
+      continue;
+    }
+    sec.bytes = res.resource.value();
+    sec.version = version;
+    sec.updated_ms = WallMs();
+    next[name] = std::move(sec);
+    changed.insert(name);
+  }
+  if (!errors.empty()) return Errors(errors);
+  ignored_fields_ += ignored;
+  for (const auto& [name, s] : secrets_) {
+    if (!next.count(name)) changed.insert(name);  // removed (delta)
+  }
+  secrets_ = std::move(next);
+  if (!changed.empty()) ApplySecretChanges(changed);
+  return "";
+}
+
+std::shared_ptr<const ListenerConfig> ConfigManager::WithTlsContexts(
+    const ListenerConfig& l, const std::set<std::string>* changed,
+    std::vector<std::string>* missing) const {
+  std::shared_ptr<ListenerConfig> copy;
+  BuildOptions options = Options("");
+  for (size_t i = 0; i < l.chains.size(); ++i) {
+    const FilterChainConfig& c = *l.chains[i];
+    if (!c.tls_required || c.sds_secrets.empty()) continue;
+    bool uses_changed = false;
+    for (const auto& n : c.sds_secrets) uses_changed |= changed && changed->count(n) > 0;
+    if (c.tls && !uses_changed) continue;
+    bool secrets_missing = false;
+    std::vector<std::string> errors;
+    auto rebuilt = RebuildChainTls(c, options, &secrets_missing, &errors);
+    if (secrets_missing) {
+      for (const auto& n : c.sds_secrets) {
+        if (!secrets_.count(n)) missing->push_back(absl::StrCat("'", n, "'"));
+      }
+    }
+    for (const auto& e : errors) {
+      // Each secret was checked on arrival, so this is rare: the context in use stays.
+      RPX_LOG(kError, "listener '%s': %s; the previous TLS context stays", l.name, e);
+    }
+    if (!rebuilt) continue;
+    if (!copy) copy = std::make_shared<ListenerConfig>(l);
+    copy->chains[i] = std::move(rebuilt);
+  }
+  if (copy) return copy;
+  return std::make_shared<ListenerConfig>(l);
+}
+
+void ConfigManager::ApplySecretChanges(const std::set<std::string>& changed) {
+  // Listeners that use secrets live in listeners_ (static ones too: see StartStatic).
+  for (auto& [name, d] : listeners_) {
+    if (d.pending) {
+      TryActivate(name, false);
+      continue;
+    }
+    if (!d.active) continue;
+    std::vector<std::string> missing;
+    auto cfg = WithTlsContexts(*d.active, &changed, &missing);
+    bool differs = false;
+    for (size_t i = 0; i < cfg->chains.size(); ++i) {
+      differs |= cfg->chains[i] != d.active->chains[i];
+    }
+    if (!differs) continue;
+    RPX_LOG(kInfo, "listener '%s': TLS context updated from SDS", name);
+    for (auto& w : workers_) w->UpdateListener(cfg);
+    d.active = cfg;
+  }
+  // Clusters: their ClusterInfo is built again (new pools; the old ones drain), hosts kept.
+  auto uses = [&](const ClusterInfo& info) {
+    if (!info.tls_required || info.sds_secrets.empty()) return false;
+    if (!info.tls) return true;
+    for (const auto& n : info.sds_secrets) {
+      if (changed.count(n)) return true;
+    }
+    return false;
+  };
+  BuildOptions options = Options("");
+  auto rebuild = [&](const envoy::config::cluster::v3::Cluster& proto, ClusterEntry* entry) {
+    ClusterEntry e;
+    std::optional<DnsCluster> dns;
+    std::vector<std::string> errors;
+    if (!BuildCluster(proto, absl::StrCat("Cluster '", proto.name(), "'"), options, &e, &dns,
+                      &errors)) {
+      for (const auto& m : errors) RPX_LOG(kError, "%s; the previous TLS context stays", m);
+      return;
+    }
+    if (entry->info->tls == e.info->tls && e.info->tls_required && !e.info->tls) return;
+    e.hosts = entry->hosts;
+    *entry = std::move(e);
+    RPX_LOG(kInfo, "cluster '%s': TLS context %s from SDS", proto.name(),
+            entry->info->tls ? "updated" : "still waiting for secrets");
+  };
+  for (auto& [name, d] : clusters_) {
+    if (!uses(*d.entry.info)) continue;
+    rebuild(d.proto, &d.entry);
+    UpdateWarmth(d);
+  }
+  for (const auto& proto : bootstrap_.static_resources().clusters()) {
+    auto it = static_clusters_.find(proto.name());
+    if (it == static_clusters_.end() || !uses(*it->second.info)) continue;
+    rebuild(proto, &it->second);
+  }
+  PublishClusters();
+  RebuildListenerList();
+}
+
+void ConfigManager::RefreshSdsNames() {
+  if (!xds_) return;
+  std::set<std::string> names;
+  for (const auto& [name, d] : listeners_) {
+    for (const auto* l : {d.pending.get(), d.active.get()}) {
+      if (!l) continue;
+      for (const auto& c : l->chains) names.insert(c->sds_secrets.begin(), c->sds_secrets.end());
+    }
+  }
+  for (const auto& [name, c] : static_clusters_) {
+    names.insert(c.info->sds_secrets.begin(), c.info->sds_secrets.end());
+  }
+  for (const auto& [name, d] : clusters_) {
+    names.insert(d.entry.info->sds_secrets.begin(), d.entry.info->sds_secrets.end());
+  }
+  xds_->SetNames(kSecretType, names);
+  for (auto it = secrets_.begin(); it != secrets_.end();) {
+    it = names.count(it->first) ? std::next(it) : secrets_.erase(it);
+  }
 }
 
 void ConfigManager::PublishClusters() {
@@ -526,13 +695,14 @@ std::string ConfigManager::ApplyListeners(const XdsResourceMap& resources,
       std::string n = name;
       d.warm_timer = main_.CreateTimer([this, n] { TryActivate(n, true); });
     }
-    bool missing = false;
+    bool missing = d.pending->tls_pending();
     for (const auto& c : d.pending->chains) {
       missing |= !c->rds_name.empty() && !routes_.count(c->rds_name);
     }
     if (missing) d.warm_timer->Enable(InitialFetchTimeoutMs(*d.pending));
     TryActivate(name, false);
   }
+  RefreshSdsNames();
   RefreshRdsNames();
   RebuildListenerList();
   return "";
@@ -544,10 +714,20 @@ void ConfigManager::TryActivate(const std::string& name, bool timed_out) {
   DynListener& d = it->second;
   std::vector<std::string> missing;
   auto cfg = WithRouteTables(*d.pending, /*empty_if_missing=*/timed_out, &missing);
-  if (!missing.empty()) {
-    if (!timed_out) return;  // warming: waits for its RouteConfigurations
-    RPX_LOG(kWarn, "listener '%s': route config %s did not arrive in time; serving 404s", name,
-            absl::StrJoin(missing, ", "));
+  std::vector<std::string> missing_secrets;
+  cfg = WithTlsContexts(*cfg, nullptr, &missing_secrets);
+  if (!missing.empty() || !missing_secrets.empty()) {
+    if (!timed_out) return;  // warming: waits for its RouteConfigurations and secrets
+    if (!missing.empty()) {
+      RPX_LOG(kWarn, "listener '%s': route config %s did not arrive in time; serving 404s", name,
+              absl::StrJoin(missing, ", "));
+    }
+    if (!missing_secrets.empty()) {
+      RPX_LOG(kWarn,
+              "listener '%s': secret %s did not arrive in time; its TLS chains refuse "
+              "connections until it does",
+              name, absl::StrJoin(missing_secrets, ", "));
+    }
   }
   for (int fd : d.pending_fds) {
     auto st = StartListening(fd, cfg->address, kListenBacklog, cfg->socket_options);
@@ -724,14 +904,14 @@ std::shared_ptr<const ListenerConfig> ConfigManager::CarryConnectionLimits(
   return copy ? copy : next;
 }
 
-uint64_t ConfigManager::InitialFetchTimeoutMs(const ListenerConfig& l) {
+uint64_t ConfigManager::InitialFetchTimeoutMs(const ListenerConfig& l) const {
   uint64_t ms = 0;
   for (const auto& c : l.chains) {
     if (!c->rds_name.empty() && (ms == 0 || c->initial_fetch_timeout_ms < ms)) {
       ms = c->initial_fetch_timeout_ms;
     }
   }
-  return ms;
+  return ms ? ms : config_.xds.initial_fetch_timeout_ms;  // secrets only
 }
 
 void ConfigManager::RefreshRdsNames() {
@@ -763,6 +943,9 @@ bool ConfigManager::initialized() const {
   if (config_.xds.cds && !cds_applied_) return false;
   if (config_.xds.lds && !lds_applied_) return false;
   if (!static_eds_waiting_.empty()) return false;
+  for (const auto& [name, c] : static_clusters_) {
+    if (c.info->tls_required && !c.info->tls) return false;  // waits for its SDS secrets
+  }
   for (const auto& [name, d] : clusters_) {
     if (!d.warm) return false;
   }
@@ -812,6 +995,17 @@ std::string ConfigManager::ConfigDumpJson() const {
     items.push_back(item(name, e.version, e.updated_ms, "active", Json(e.proto)));
   }
   absl::StrAppend(&out, "  \"endpoints\": [\n", absl::StrJoin(items, ",\n"), "\n  ],\n");
+  items.clear();
+  for (const auto& [name, sec] : secrets_) {
+    // Never the secret itself: its kind only.
+    std::string kind = sec.proto.has_tls_certificate()       ? "tls_certificate"
+                       : sec.proto.has_validation_context()  ? "validation_context"
+                       : sec.proto.has_session_ticket_keys() ? "session_ticket_keys"
+                                                             : "generic_secret";
+    items.push_back(item(name, sec.version, sec.updated_ms, "active",
+                         absl::StrCat("{\"type\": ", Quote(kind), "}")));
+  }
+  absl::StrAppend(&out, "  \"secrets\": [\n", absl::StrJoin(items, ",\n"), "\n  ],\n");
   std::string last_nack = "null";
   if (xds_) {
     std::vector<std::string> status;

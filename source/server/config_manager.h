@@ -70,8 +70,15 @@ class ConfigManager : public XdsApplier {
     bool has_serving = false;
     std::string version;
     int64_t updated_ms = 0;
+    bool endpoints_arrived = false;  // an EDS cluster's first assignment is in entry.hosts
     bool warm = false;
     std::unique_ptr<Timer> warm_timer;
+  };
+  struct SdsSecret {
+    std::string bytes;
+    envoy::extensions::transport_sockets::tls::v3::Secret proto;
+    std::string version;
+    int64_t updated_ms = 0;
   };
   struct Endpoints {
     std::string bytes;
@@ -105,6 +112,20 @@ class ConfigManager : public XdsApplier {
   std::string ApplyEndpoints(const XdsResourceMap& resources, const std::string& version);
   std::string ApplyListeners(const XdsResourceMap& resources, const std::string& version);
   std::string ApplyRoutes(const XdsResourceMap& resources, const std::string& version);
+  std::string ApplySecrets(const XdsResourceMap& resources, const std::string& version);
+  // Builds again the TLS contexts that use the secrets `changed` (or all waiting ones) in
+  // listeners and clusters, and publishes them: new handshakes use them, connections that
+  // exist keep theirs.
+  void ApplySecretChanges(const std::set<std::string>& changed);
+  void RefreshSdsNames();
+  // `l` with the TLS contexts of its chains that wait for secrets, or use one in `changed`,
+  // built with the secrets there are now. The SDS names still missing go to `missing`.
+  std::shared_ptr<const ListenerConfig> WithTlsContexts(const ListenerConfig& l,
+                                                        const std::set<std::string>* changed,
+                                                        std::vector<std::string>* missing) const;
+  // A dynamic cluster starts serving its new form once it is ready (endpoints and secrets).
+  void UpdateWarmth(DynCluster& d);
+  static bool ClusterReady(const DynCluster& d);
   void PublishClusters();
   void RefreshEdsNames();
   void RefreshRdsNames();
@@ -116,8 +137,8 @@ class ConfigManager : public XdsApplier {
   // `next` with each chain's connection_limit counting on from `prev`'s chain of the same name.
   static std::shared_ptr<const ListenerConfig> CarryConnectionLimits(
       const ListenerConfig& prev, std::shared_ptr<const ListenerConfig> next);
-  // The shortest initial_fetch_timeout of the listener's RDS chains.
-  static uint64_t InitialFetchTimeoutMs(const ListenerConfig& l);
+  // The shortest initial_fetch_timeout of the listener's RDS chains (the ADS one if none).
+  uint64_t InitialFetchTimeoutMs(const ListenerConfig& l) const;
   void TryActivate(const std::string& name, bool timed_out);
   void ActivateListener(DynListener& l, std::shared_ptr<const ListenerConfig> config,
                         std::vector<int> fds);
@@ -144,6 +165,7 @@ class ConfigManager : public XdsApplier {
   std::map<std::string, Endpoints> endpoints_;
   std::map<std::string, DynListener> listeners_;
   std::map<std::string, Routes> routes_;
+  std::map<std::string, SdsSecret> secrets_;  // arrived over SDS
   bool cds_applied_ = false;
   bool lds_applied_ = false;
   bool init_timed_out_ = false;

@@ -172,6 +172,12 @@ void Worker::Serve(ActiveListener& l, int fd, const SocketAddress& peer, int cha
   }
   RPX_ASSERT(static_cast<size_t>(chain) < c.chains.size() && l.routers.size() >= c.chains.size());
   const FilterChainConfig& fc = *c.chains[chain];
+  if (fc.tls_required && !fc.tls) {
+    // Its certificate has not arrived over SDS: refused, never served in cleartext.
+    StatsFor(c).ssl_connection_error.Inc();
+    ::close(fd);
+    return;
+  }
   LimitSlot slot;
   if (fc.connection_limit) {
     if (!fc.connection_limit->TryAcquire()) {

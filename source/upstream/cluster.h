@@ -135,8 +135,11 @@ struct ClusterInfo {
   // upstream_bind_config: applied to every upstream socket before connect(2).
   std::optional<SocketAddress> source_address;
   SocketOptions socket_options;
-  // transport_socket envoy.transport_sockets.tls (UpstreamTlsContext); nullptr: cleartext.
+  // transport_socket envoy.transport_sockets.tls (UpstreamTlsContext). With tls_required and no
+  // tls, the context waits for SDS secrets (sds_secrets): connections fail, never in cleartext.
+  bool tls_required = false;
   std::shared_ptr<const TlsContext> tls;
+  std::vector<std::string> sds_secrets;
   std::string sni;  // UpstreamTlsContext.sni; empty: no server name sent
   std::shared_ptr<ClusterResources> resources;
   // One stats block per worker, indexed by worker index (plus one for the main thread).

@@ -398,9 +398,12 @@ ConnPool::ConnPool(Dispatcher& dispatcher, std::shared_ptr<const ClusterInfo> cl
       cluster_->resources->ReleasePending();
       stats_.upstream_rq_pending_active.Dec();
       stats_.upstream_cx_connect_fail.Inc();
-      p->callbacks.OnPoolFailure(PoolFailure::kConnectFailure, "cannot open a socket");
+      p->callbacks.OnPoolFailure(PoolFailure::kConnectFailure, deferred_error_.empty()
+                                                                   ? "cannot open a socket"
+                                                                   : deferred_error_);
     }
     deferred_connect_errors_ = 0;
+    deferred_error_.clear();
     ServePending();
   });
 }
@@ -473,6 +476,14 @@ bool ConnPool::TryCreateConnection() {
     }
   }
   SetStarved(false);
+  if (cluster_->tls_required && !cluster_->tls) {
+    // The TLS context waits for SDS secrets: fail rather than connect in cleartext.
+    cluster_->resources->ReleaseConnection();
+    deferred_error_ = "TLS secrets for this cluster have not arrived (SDS)";
+    ++deferred_connect_errors_;
+    retry_timer_->Enable(0);
+    return false;
+  }
   int err = 0;
   std::string detail;
   ConnectOptions bind;

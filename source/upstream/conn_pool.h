@@ -182,6 +182,7 @@ class ConnPool {
   bool starved_ = false;
   bool draining_ = false;
   int deferred_connect_errors_ = 0;  // connect() failed at once; failed from the retry timer
+  std::string deferred_error_;       // why, when not the socket's fault
   bool bind_error_logged_ = false;   // a refused upstream_bind_config was logged
   // The last TLS session with this host (its connections store each new one here), offered for
   // resumption on the next connection.

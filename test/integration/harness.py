@@ -741,6 +741,7 @@ class Rpx(object):
 
 ADS_SOURCE = {"ads": {}, "resource_api_version": "V3"}
 XDS_TYPE_URLS = {
+    "SDS": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret",
     "LDS": "type.googleapis.com/envoy.config.listener.v3.Listener",
     "RDS": "type.googleapis.com/envoy.config.route.v3.RouteConfiguration",
     "CDS": "type.googleapis.com/envoy.config.cluster.v3.Cluster",
@@ -972,11 +973,11 @@ class XdsServer(object):
         return mark
 
     def write_resources(self, filename, listeners=None, routes=None, clusters=None,
-                        endpoints=None):
+                        endpoints=None, secrets=None):
         """Writes one resource file with the given lists (None: the key is left out)."""
         doc = {}
         for key, value in (("listeners", listeners), ("routes", routes), ("clusters", clusters),
-                           ("endpoints", endpoints)):
+                           ("endpoints", endpoints), ("secrets", secrets)):
             if value is not None:
                 doc[key] = list(value)
         return self.write_file(filename, to_yaml(doc) if doc else "{}\n")
