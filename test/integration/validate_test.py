@@ -6,9 +6,9 @@ import socket
 import subprocess
 import unittest
 
-from harness import (IntegrationTestCase, bootstrap, cluster, free_port, http_listener,
-                     make_tmpdir, port_is_listening, quickstart_config, remove_tmpdir, route,
-                     run_rpx, to_yaml, virtual_host)
+from harness import (IntegrationTestCase, TestPki, bootstrap, cluster, downstream_tls, free_port,
+                     http_listener, make_tmpdir, port_is_listening, quickstart_config,
+                     remove_tmpdir, route, run_rpx, tls_chain, to_yaml, virtual_host)
 
 BASE = """\
 admin:
@@ -221,6 +221,32 @@ class ValidateTest(IntegrationTestCase):
         path, cp = self.validate(text)
         self.assertInvalid(cp, path, "dynamic_resources.ads_config.grpc_services[0].envoy_grpc.cluster_name",
                            "no static cluster named 'nosuch'")
+
+    def test_tls_certificate_files_are_checked(self):
+        """--mode validate reads the certificate and key files, parses them and checks that they
+        belong together, naming the field."""
+        pki = TestPki()
+        self.addCleanup(pki.cleanup)
+        good = pki.cert("a", ["DNS:a.example.com"])
+        other = pki.cert("b", ["DNS:b.example.com"])
+        field = ("static_resources.listeners[0].filter_chains[0].transport_socket.typed_config."
+                 "common_tls_context.tls_certificates[0]")
+
+        def config(cert, key):
+            l = http_listener("tls", free_port(), [virtual_host("all", ["*"], [
+                route("/", "backend")])])
+            l["filter_chains"] = [tls_chain(l["filter_chains"][0], downstream_tls([(cert, key)]))]
+            return to_yaml(bootstrap([l], [cluster("backend", free_port())]))
+
+        path, cp = self.validate(config(*good))
+        self.assertEqual(cp.returncode, 0, cp.stderr)
+        path, cp = self.validate(config(good[0], "/nonexistent/key.pem"))
+        self.assertInvalid(cp, path, field + ".private_key.filename: cannot read "
+                           "'/nonexistent/key.pem': No such file or directory")
+        path, cp = self.validate(config(good[0], other[1]))
+        self.assertInvalid(cp, path, field + ".private_key: does not match the certificate")
+        path, cp = self.validate(config(good[1], good[1]))  # a key where the chain goes
+        self.assertInvalid(cp, path, field + ".certificate_chain: no PEM certificate could be read")
 
     # -- semantic errors (field path, no line)
     def test_duplicate_cluster_names(self):
