@@ -1,7 +1,9 @@
 # Payloads, configuration writers and small helpers of the benchmark rig, shared by bench/run.sh,
 # bench/callgrind.sh and bench/wakeups.sh (sourced, not run). The writers read these globals:
 # NOFILE (fd limit), TMP (temp dir; the origin serves $TMP/www), UPSTREAM_PORT (the origin port a
-# proxy forwards to), HAPROXY_MAXCONN.
+# proxy forwards to), HAPROXY_MAXCONN; and for TLS (bench/run.sh's tls-* rows): TLS_DIR (where
+# write_tls_certs put the certificates), TLS_PORT (a listener with the ECDSA certificate) and
+# TLS_RSA_PORT (one with the RSA certificate), each empty = no such listener.
 
 write_payloads() {  # $1 = dir: small.txt (29 B), page.html (16 KB), big.bin (4 MiB)
   printf 'hello from the rpx benchmark\n' >"$1/small.txt"          # 29 bytes
@@ -16,6 +18,27 @@ write_payloads() {  # $1 = dir: small.txt (29 B), page.html (16 KB), big.bin (4 
     printf '</body></html>\n'
   } | head -c 16384 >"$1/page.html"
   head -c 4194304 /dev/urandom >"$1/big.bin"
+}
+
+# One throwaway certificate of each key type per run, self-signed for localhost / 127.0.0.1, valid
+# 2 days: ec.crt + ec.key (ECDSA P-256), rsa.crt + rsa.key (RSA-2048), and ec.pem / rsa.pem
+# (certificate then key in one file, as HAProxy's `crt` takes them). Every proxy gets the same files.
+write_tls_certs() {  # $1 = dir
+  local k
+  for k in ec rsa; do
+    local alg=(-newkey ec -pkeyopt ec_paramgen_curve:P-256)
+    if [ "$k" = rsa ]; then alg=(-newkey rsa:2048); fi
+    openssl req -x509 "${alg[@]}" -nodes -days 2 -subj /CN=localhost \
+      -addext subjectAltName=DNS:localhost,IP:127.0.0.1 \
+      -keyout "$1/$k.key" -out "$1/$k.crt" 2>/dev/null || return 1
+    cat "$1/$k.crt" "$1/$k.key" >"$1/$k.pem"
+    chmod 644 "$1/$k.key" "$1/$k.pem"  # nginx workers may run unprivileged when started as root
+  done
+}
+# tls_listeners: "KIND PORT" lines for the TLS listeners asked for (TLS_PORT: ec, TLS_RSA_PORT: rsa).
+tls_listeners() {
+  if [ -n "${TLS_PORT:-}" ]; then echo "ec $TLS_PORT"; fi
+  if [ -n "${TLS_RSA_PORT:-}" ]; then echo "rsa $TLS_RSA_PORT"; fi
 }
 
 nginx_common_top() {  # $1 = dir
@@ -67,8 +90,13 @@ EOF
 }
 
 write_nginx_proxy_conf() {  # $1 dir $2 port $3 upstream-keepalive [$4 = tune: upstream keepalive_requests/timeout]
-  local tune=""
+  local tune="" k port
   if [ "${4:-0}" = 1 ]; then tune=$'\n    keepalive_requests 100000;\n    keepalive_timeout 300s;'; fi
+  local location='    location / {
+      proxy_pass http://origin;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }'
   { nginx_common_top "$1"
     cat <<EOF
 http {
@@ -82,14 +110,24 @@ $(nginx_temp_paths "$1")
   }
   server {
     listen 127.0.0.1:$2 backlog=4096;
-    location / {
-      proxy_pass http://origin;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-    }
+$location
   }
-}
 EOF
+    # TLS: nginx's defaults otherwise (session tickets on, no session cache) but for ssl_protocols:
+    # nginx 1.22's default stops at TLS 1.2 (1.3 joined it in nginx 1.23.4); rpx and HAProxy offer
+    # TLS 1.2 and 1.3, and so does nginx here.
+    while read -r k port; do
+      cat <<EOF
+  server {
+    listen 127.0.0.1:$port ssl backlog=4096;
+    ssl_protocols TLSv1.2 TLSv1.3;
+    ssl_certificate $TLS_DIR/$k.crt;
+    ssl_certificate_key $TLS_DIR/$k.key;
+$location
+  }
+EOF
+    done < <(tls_listeners)
+    echo "}"
   } >"$1/nginx.conf"
 }
 
@@ -122,6 +160,17 @@ frontend fe
 backend origin
   server origin1 127.0.0.1:$UPSTREAM_PORT maxconn $HAPROXY_MAXCONN
 EOF
+  # TLS: HAProxy's defaults otherwise (TLS 1.2 and 1.3, session tickets on).
+  local k port
+  while read -r k port; do
+    cat >>"$1/haproxy.cfg" <<EOF
+
+frontend fe_tls_$k
+  bind 127.0.0.1:$port ssl crt $TLS_DIR/$k.pem alpn http/1.1
+  backlog 4096
+  default_backend origin
+EOF
+  done < <(tls_listeners)
 }
 
 # RPX_REQUEST_ID=0 turns off the x-request-id rpx generates for every request (Envoy's default,
@@ -129,10 +178,12 @@ EOF
 # the default 1 keeps the runs comparable with earlier ones (docs/benchmarks.md, session 21: the
 # ID costs rpx about 400 instructions per request, and moved no req/s).
 write_rpx_conf() {  # $1 dir $2 port $3 admin-port [$4 = extra virtual hosts before the matching one]
-  local extra=${4:-0} target='["*"]' request_id=true
+  local extra=${4:-0} target='["*"]' request_id=true k port
   if [ "${RPX_REQUEST_ID:-1}" = 0 ]; then request_id=false; fi
   if [ "$extra" -gt 0 ]; then target='["127.0.0.1"]'; fi  # wrk's Host, matched exactly
-  cat >"$1/bootstrap.yaml" <<EOF
+  local vhosts  # the extra virtual hosts, once for every listener
+  vhosts=$(awk -v n="$extra" 'BEGIN { for (i = 0; i < n; i++) printf "            - {name: vh%d, domains: [\"vh%d.example.com\", \"*.vh%d.example.net\"], routes: [{match: {prefix: \"/\"}, route: {cluster: origin}}]}\n", i, i, i }')
+  { cat <<EOF
 admin:
   address:
     socket_address:
@@ -140,34 +191,12 @@ admin:
       port_value: $3
 static_resources:
   listeners:
-  - name: ingress
-    address:
-      socket_address:
-        address: 127.0.0.1
-        port_value: $2
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: ingress_http
-          codec_type: HTTP1
-          generate_request_id: $request_id
-          route_config:
-            name: local_route
-            virtual_hosts:
-$(awk -v n="$extra" 'BEGIN { for (i = 0; i < n; i++) printf "            - {name: vh%d, domains: [\"vh%d.example.com\", \"*.vh%d.example.net\"], routes: [{match: {prefix: \"/\"}, route: {cluster: origin}}]}\n", i, i, i }')
-            - name: origin
-              domains: $target
-              routes:
-              - match:
-                  prefix: "/"
-                route:
-                  cluster: origin
-          http_filters:
-          - name: envoy.filters.http.router
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+EOF
+    rpx_listener ingress "$2" ingress_http
+    # TLS: a filter chain with Envoy's DownstreamTlsContext; rpx's defaults otherwise (TLS 1.2 and
+    # 1.3, session tickets on with a random key).
+    while read -r k port; do rpx_listener "ingress_tls_$k" "$port" ingress_https "$k"; done < <(tls_listeners)
+    cat <<EOF
   clusters:
   - name: origin
     type: STATIC
@@ -196,6 +225,60 @@ $(awk -v n="$extra" 'BEGIN { for (i = 0; i < n; i++) printf "            - {name
           idle_timeout: 3600s  # Envoy's default; below the origin's keepalive_timeout
         explicit_http_config:
           http_protocol_options: {}
+EOF
+  } >"$1/bootstrap.yaml"
+}
+# One listener of write_rpx_conf (reads its locals request_id, vhosts, target):
+# rpx_listener NAME PORT STAT_PREFIX [ec|rsa: TLS with $TLS_DIR's certificate of that kind]
+rpx_listener() {
+  cat <<EOF
+  - name: $1
+    address:
+      socket_address:
+        address: 127.0.0.1
+        port_value: $2
+    filter_chains:
+EOF
+  if [ -n "${4:-}" ]; then
+    cat <<EOF
+    - transport_socket:
+        name: envoy.transport_sockets.tls
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext
+          common_tls_context:
+            tls_certificates:
+            - certificate_chain: {filename: $TLS_DIR/$4.crt}
+              private_key: {filename: $TLS_DIR/$4.key}
+            alpn_protocols: ["http/1.1"]
+      filters:
+EOF
+  else
+    echo "    - filters:"
+  fi
+  cat <<EOF
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: $3
+          codec_type: HTTP1
+          generate_request_id: $request_id
+          route_config:
+            name: local_route
+            virtual_hosts:
+EOF
+  if [ -n "$vhosts" ]; then printf '%s\n' "$vhosts"; fi
+  cat <<EOF
+            - name: origin
+              domains: $target
+              routes:
+              - match:
+                  prefix: "/"
+                route:
+                  cluster: origin
+          http_filters:
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
 EOF
 }
 

@@ -3,6 +3,7 @@
 
     python3 bench/idle_conns.py                      # ~6 minutes
     python3 bench/idle_conns.py --counts 1000,5000 --runs 1 --proxies rpx
+    python3 bench/idle_conns.py --tls --counts 10000 --no-load   # idle TLS connections
 
 Same layout and configs as bench/run.sh: origin nginx (1 worker) on CPU 1 serving a 29-byte
 small.txt; the proxy under test on CPU 0 with one worker: rpx `--concurrency 1` with run.sh's
@@ -21,6 +22,13 @@ upstream idle_timeout 300s), nginx with run.sh's `upstream { keepalive 64; }` pr
    Each run also lists "rpx-cb" unless --no-rpx-cb: rpx with circuit breakers raised above the
    load (max_pending_requests/max_requests 20000), to tell configured limits from capacity.
 
+--tls: the proxies terminate TLS instead (the listener of bench/run.sh's TLS rows: a throwaway
+ECDSA P-256 certificate made with `openssl` in the temp dir; rpx with Envoy's DownstreamTlsContext,
+nginx with `listen ... ssl` and `ssl_protocols TLSv1.2 TLSv1.3`; each one's defaults otherwise, so
+TLS 1.3 with session tickets). The idle client completes a TLS handshake on every connection
+before its request (RSS is also taken after the handshakes), and the load run's wrk uses https.
+The origin side stays cleartext. Default report: bench/results/idle_tls_conns.md.
+
 Writes a Markdown report to --out (default bench/results/idle_conns.md) and raw material
 (configs, logs, wrk outputs) to bench/results/raw/idle_conns-<UTC stamp>/ (git-ignored).
 Only the processes this script starts are signalled, by PID. Loopback only; bounded in time.
@@ -35,6 +43,7 @@ import select
 import shutil
 import signal
 import socket
+import ssl
 import statistics
 import subprocess
 import sys
@@ -167,8 +176,18 @@ def wait_port(port, proc, secs=15.0):
     return False
 
 
+def client_tls_context():
+    """A client that verifies nothing (throwaway self-signed certificates), as wrk; TLS 1.3."""
+    c = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    c.check_hostname = False
+    c.verify_mode = ssl.CERT_NONE
+    c.set_alpn_protocols(["http/1.1"])
+    return c
+
+
 def http_get(url, timeout=5.0):
-    with urllib.request.urlopen(url, timeout=timeout) as r:
+    with urllib.request.urlopen(url, timeout=timeout, context=client_tls_context()
+                                if url.startswith("https:") else None) as r:
         return r.status, r.read()
 
 
@@ -214,7 +233,12 @@ def write_origin_conf(d, port, www, nofile):
 """ % (nginx_temp_paths(d), port, www))
 
 
-def write_nginx_proxy_conf(d, port, origin_port, nofile, keepalive=64):
+def write_nginx_proxy_conf(d, port, origin_port, nofile, keepalive=64, tls=None):
+    """tls: the dir of bench/configs.sh's write_tls_certs (None = cleartext)."""
+    ssl_lines = ""
+    if tls:  # as bench/configs.sh's TLS servers (nginx 1.22's default stops at TLS 1.2)
+        ssl_lines = ("    ssl_protocols TLSv1.2 TLSv1.3;\n    ssl_certificate %s/ec.crt;\n"
+                     "    ssl_certificate_key %s/ec.key;\n" % (tls, tls))
     with open(os.path.join(d, "nginx.conf"), "w") as f:
         f.write(nginx_common_top(d, nofile) + """http {
   access_log off;
@@ -225,18 +249,33 @@ def write_nginx_proxy_conf(d, port, origin_port, nofile, keepalive=64):
     keepalive %d;
   }
   server {
-    listen 127.0.0.1:%d backlog=4096;
-    location / {
+    listen 127.0.0.1:%d%s backlog=4096;
+%s    location / {
       proxy_pass http://origin;
       proxy_http_version 1.1;
       proxy_set_header Connection "";
     }
   }
 }
-""" % (nginx_temp_paths(d), origin_port, keepalive, port))
+""" % (nginx_temp_paths(d), origin_port, keepalive, port, " ssl" if tls else "", ssl_lines))
 
 
-def write_rpx_conf(d, port, admin, origin_port, max_pending=1024, max_requests=4096):
+# The TLS part of bench/configs.sh's rpx_listener (Envoy's DownstreamTlsContext), for --tls.
+RPX_TLS_CHAIN = """    - transport_socket:
+        name: envoy.transport_sockets.tls
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext
+          common_tls_context:
+            tls_certificates:
+            - certificate_chain: {filename: %(tls)s/ec.crt}
+              private_key: {filename: %(tls)s/ec.key}
+            alpn_protocols: ["http/1.1"]
+      filters:
+"""
+
+
+def write_rpx_conf(d, port, admin, origin_port, max_pending=1024, max_requests=4096, tls=None):
+    """tls: the dir of bench/configs.sh's write_tls_certs (None = cleartext)."""
     with open(os.path.join(d, "bootstrap.yaml"), "w") as f:
         f.write("""admin:
   address:
@@ -251,8 +290,7 @@ static_resources:
         address: 127.0.0.1
         port_value: %(port)d
     filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
+%(chain)s      - name: envoy.filters.network.http_connection_manager
         typed_config:
           "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
           stat_prefix: ingress_http
@@ -300,7 +338,8 @@ static_resources:
         explicit_http_config:
           http_protocol_options: {}
 """ % {"admin": admin, "port": port, "origin": origin_port, "pending": max_pending,
-       "requests": max_requests})
+       "requests": max_requests,
+       "chain": RPX_TLS_CHAIN % {"tls": tls} if tls else "    - filters:\n"})
 
 
 class Proxy(object):
@@ -323,20 +362,21 @@ class Proxy(object):
         if self.kind in ("rpx", "rpx-cb"):
             self.admin = free_port()
             if self.kind == "rpx":
-                write_rpx_conf(self.dir, self.port, self.admin, c.origin_port)
+                write_rpx_conf(self.dir, self.port, self.admin, c.origin_port, tls=c.tls_dir)
             else:
-                write_rpx_conf(self.dir, self.port, self.admin, c.origin_port, 20000, 20000)
+                write_rpx_conf(self.dir, self.port, self.admin, c.origin_port, 20000, 20000,
+                               tls=c.tls_dir)
             cmd = ["taskset", "-c", "0", c.rpx_bin, "-c", os.path.join(self.dir, "bootstrap.yaml"),
                    "--concurrency", "1", "-l", "warn"]
         else:
-            write_nginx_proxy_conf(self.dir, self.port, c.origin_port, c.nofile)
+            write_nginx_proxy_conf(self.dir, self.port, c.origin_port, c.nofile, tls=c.tls_dir)
             cmd = ["taskset", "-c", "0", c.nginx, "-p", self.dir, "-c",
                    os.path.join(self.dir, "nginx.conf"), "-e", os.path.join(self.dir, "error.log")]
         self.proc = start(cmd, self.dir, self.kind)
         if not wait_port(self.port, self.proc, 20):
             raise RuntimeError("%s did not listen on %d; see %s" % (self.kind, self.port, self.dir))
         # Sanity, and the first request (pools, lazily built state) before the baseline.
-        st, body = http_get("http://127.0.0.1:%d/small.txt" % self.port)
+        st, body = http_get("%s://127.0.0.1:%d/small.txt" % (c.scheme, self.port))
         if st != 200 or body != SMALL:
             raise RuntimeError("%s: sanity GET returned %d %r" % (self.kind, st, body[:60]))
         return self
@@ -386,16 +426,18 @@ class Proxy(object):
 # ---------------------------------------------------------------------------------------------
 
 class IdleClient(object):
-    """Opens N keep-alive connections, one GET on each, and keeps them open."""
+    """Opens N keep-alive connections, one GET on each, and keeps them open (--tls: after a TLS
+    handshake on each)."""
 
     REQ = b"GET /small.txt HTTP/1.1\r\nHost: bench\r\n\r\n"
 
-    def __init__(self, port):
+    def __init__(self, port, tls=False):
         self.port = port
         self.socks = []
         self.ep = select.epoll()
         self.errors = 0
         self.first_errors = []
+        self.tls = client_tls_context() if tls else None
 
     def _err(self, what):
         self.errors += 1
@@ -428,6 +470,51 @@ class IdleClient(object):
             if pending:
                 raise RuntimeError("connects did not complete in %.0fs" % timeout)
 
+    def _handshake_step(self, t):
+        """Drives one TLS handshake: 0 = done (or failed, counted), else the epoll event it awaits."""
+        try:
+            t.do_handshake()
+            return 0
+        except ssl.SSLWantReadError:
+            return select.EPOLLIN
+        except ssl.SSLWantWriteError:
+            return select.EPOLLOUT
+        except OSError as e:  # ssl.SSLError included
+            self._err("handshake: %s" % e)
+            return 0
+
+    def handshake_each(self, window, timeout=120.0):
+        """--tls: a TLS handshake on every connection, at most `window` in flight."""
+        deadline = time.monotonic() + timeout
+        inflight = {}
+        nxt, done, n = 0, 0, len(self.socks)
+        while done < n:
+            while nxt < n and len(inflight) < window:
+                t = self.tls.wrap_socket(self.socks[nxt], server_hostname="localhost",
+                                         do_handshake_on_connect=False)
+                self.socks[nxt] = t
+                nxt += 1
+                ev = self._handshake_step(t)
+                if ev:
+                    inflight[t.fileno()] = t
+                    self.ep.register(t.fileno(), ev)
+                else:
+                    done += 1
+            if time.monotonic() > deadline:
+                raise RuntimeError("TLS handshakes did not complete in %.0fs (%d of %d)" %
+                                   (timeout, done, n))
+            for fd, _ in self.ep.poll(1.0):
+                t = inflight.get(fd)
+                if t is None:
+                    continue
+                ev = self._handshake_step(t)
+                if ev:
+                    self.ep.modify(fd, ev)
+                else:
+                    self.ep.unregister(fd)
+                    del inflight[fd]
+                    done += 1
+
     def one_request_each(self, window, timeout=120.0):
         deadline = time.monotonic() + timeout
         fdmap = {s.fileno(): s for s in self.socks}
@@ -452,7 +539,9 @@ class IdleClient(object):
                 s = fdmap[fd]
                 try:
                     data = s.recv(65536)
-                except BlockingIOError:
+                    while self.tls and data and s.pending():  # decrypted bytes epoll cannot see
+                        data += s.recv(65536)
+                except (BlockingIOError, ssl.SSLWantReadError):  # TLS: e.g. only a ticket came
                     continue
                 except OSError as e:
                     data, err = None, "recv: %s" % e
@@ -488,7 +577,7 @@ class IdleClient(object):
 
 def measure_idle(ctx, kind, n, run):
     p = Proxy(kind, ctx).start("idle%d-run%d" % (n, run))
-    client = IdleClient(p.port)
+    client = IdleClient(p.port, tls=bool(ctx.tls_dir))
     try:
         time.sleep(ctx.settle)
         before = p.rss()
@@ -496,6 +585,11 @@ def measure_idle(ctx, kind, n, run):
         client.connect(n)
         time.sleep(ctx.settle)
         connected = p.rss()
+        handshaken = None
+        if ctx.tls_dir:
+            client.handshake_each(ctx.window)
+            time.sleep(ctx.settle)
+            handshaken = p.rss()
         client.one_request_each(ctx.window)
         t1 = time.monotonic()
         time.sleep(ctx.settle)
@@ -503,12 +597,15 @@ def measure_idle(ctx, kind, n, run):
         # The connections must still be open (keep-alive), not closed by the proxy meanwhile.
         open_now = sum(1 for s in client.socks if not _peer_closed(s))
         r = {"proxy": kind, "n": n, "run": run, "before": before, "connected": connected,
-             "after": after, "errors": client.errors, "open": open_now,
+             "handshaken": handshaken, "after": after, "errors": client.errors, "open": open_now,
              "secs": t1 - t0, "first_errors": client.first_errors}
-        log("  %s N=%d run %d: RSS %d -> %d (connected) -> %d KiB (after one request each); "
-            "%.2f KiB/conn connected, %.2f KiB/conn idle after a request; errors %d; still open "
-            "%d; %.1fs" % (kind, n, run, before, connected, after, (connected - before) / n,
-                           (after - before) / n, client.errors, open_now, t1 - t0))
+        log("  %s N=%d run %d: RSS %d -> %d (connected)%s -> %d KiB (after one request each); "
+            "%.2f KiB/conn connected, %.2f KiB/conn idle after a request; errors %d%s; still open "
+            "%d; %.1fs" % (kind, n, run, before, connected,
+                           "" if handshaken is None else " -> %d (TLS handshakes)" % handshaken,
+                           after, (connected - before) / n, (after - before) / n, client.errors,
+                           " (first: %s)" % client.first_errors[:3] if client.errors else "",
+                           open_now, t1 - t0))
         return r
     finally:
         client.close()
@@ -548,7 +645,7 @@ def measure_load(ctx, kind, run):
     p = Proxy(kind, ctx).start("load-run%d" % run)
     try:
         out = os.path.join(ctx.raw, "wrk.%s.load.run%d.txt" % (kind, run))
-        url = "http://127.0.0.1:%d/small.txt" % p.port
+        url = "%s://127.0.0.1:%d/small.txt" % (ctx.scheme, p.port)
         secs = ctx.load_secs
         cmd = ["taskset", "-c", "1", "timeout", "-k", "5", str(secs + 60), ctx.wrk, "-t1",
                "-c", str(ctx.load_conns), "-d", "%ds" % secs, "--timeout", "10s", "--latency", url]
@@ -612,7 +709,8 @@ def median(xs):
 
 def report(ctx, idle, load):
     L = []
-    L.append("# Idle keep-alive connections and 10,000 busy connections: rpx vs nginx")
+    L.append("# Idle keep-alive %sconnections and 10,000 busy connections: rpx vs nginx" %
+             ("TLS " if ctx.tls_dir else ""))
     L.append("")
     L.append("- command: `%s`" % ctx.command)
     L.append("- date: %s" % time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()))
@@ -624,6 +722,12 @@ def report(ctx, idle, load):
     L.append("- layout: proxy on CPU 0 (1 worker), origin nginx and this client / wrk on CPU 1; "
              "configs as bench/run.sh (rpx: circuit breakers 1024/1024/4096; nginx: upstream "
              "keepalive 64)")
+    if ctx.tls_dir:
+        L.append("- TLS: %s; the proxies terminate TLS with one throwaway ECDSA P-256 certificate "
+                 "(bench/configs.sh's write_tls_certs), each one's defaults otherwise (TLS 1.3, "
+                 "session tickets), nginx with `ssl_protocols TLSv1.2 TLSv1.3`; this client "
+                 "(Python's ssl, the same libssl) completes a handshake on every connection; the "
+                 "origin side is cleartext" % ctx.openssl_version)
     L.append("- CPU busy before the run: %d%% of one CPU%s" % (
         ctx.busy_start, " — WARNING: noisy" if ctx.busy_start > 10 else ""))
     L.append("- raw: %s" % os.path.relpath(ctx.raw, ROOT))
@@ -637,16 +741,19 @@ def report(ctx, idle, load):
 
 def idle_section(ctx, idle):
     L = []
-    L.append("## Memory per idle keep-alive connection")
+    tls = bool(ctx.tls_dir)
+    L.append("## Memory per idle keep-alive %sconnection" % ("TLS " if tls else ""))
     L.append("")
     L.append("RSS of the proxy (master + worker for nginx) before, after opening N connections, "
-             "and after one `GET /small.txt` (29 B) on each, all still open; median of %d runs. "
-             "Kernel socket buffers are not in RSS." % ctx.runs)
+             "%sand after one `GET /small.txt` (29 B) on each, all still open; median of %d runs. "
+             "Kernel socket buffers are not in RSS." % (
+                 "after a TLS handshake on each, " if tls else "", ctx.runs))
     L.append("")
-    L.append("| proxy | N | RSS before | RSS connected | RSS after 1 request each | KiB/conn "
-             "connected | **KiB/conn idle after a request** | errors | still open | runs "
-             "(KiB/conn) |")
-    L.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    L.append("| proxy | N | RSS before | RSS connected | " +
+             ("RSS after the TLS handshakes | KiB/conn after the handshake | " if tls else "") +
+             "RSS after 1 request each | KiB/conn connected | **KiB/conn idle after a request** "
+             "| errors | still open | runs (KiB/conn) |")
+    L.append("|---|" + "---:|" * (9 + 2 * tls) + "---|")
     for kind in ctx.proxies_idle:
         for n in ctx.counts:
             rs = [r for r in idle if r["proxy"] == kind and r["n"] == n]
@@ -654,9 +761,14 @@ def idle_section(ctx, idle):
                 continue
             per = [(r["after"] - r["before"]) / n for r in rs]
             perc = [(r["connected"] - r["before"]) / n for r in rs]
-            L.append("| %s | %s | %.1f MiB | %.1f MiB | %.1f MiB | %.2f | **%.2f** | %d | %d | %s |"
+            hs = ""
+            if tls:
+                hs = "%.1f MiB | %.2f | " % (
+                    median([r["handshaken"] for r in rs]) / 1024,
+                    median([(r["handshaken"] - r["before"]) / n for r in rs]))
+            L.append("| %s | %s | %.1f MiB | %.1f MiB | %s%.1f MiB | %.2f | **%.2f** | %d | %d | %s |"
                      % (kind, format(n, ","), median([r["before"] for r in rs]) / 1024,
-                        median([r["connected"] for r in rs]) / 1024,
+                        median([r["connected"] for r in rs]) / 1024, hs,
                         median([r["after"] for r in rs]) / 1024, median(perc), median(per),
                         sum(r["errors"] for r in rs), min(r["open"] for r in rs),
                         " ".join("%.2f" % x for x in per)))
@@ -723,7 +835,10 @@ def main(argv):
     ap.add_argument("--rpx-rev", default=None,
                     help="the commit the rpx binary was built from, for the report (default: "
                          "the repo's HEAD)")
-    ap.add_argument("--out", default=os.path.join(HERE, "results", "idle_conns.md"))
+    ap.add_argument("--tls", action="store_true",
+                    help="the proxies terminate TLS (see the docstring)")
+    ap.add_argument("--out", default=None, help="default: bench/results/idle_conns.md, with --tls "
+                    "bench/results/idle_tls_conns.md")
     a = ap.parse_args(argv)
 
     ctx = Ctx()
@@ -735,6 +850,11 @@ def main(argv):
     ctx.load_conns = a.load_conns
     ctx.load_secs = int(a.load_duration.rstrip("s"))
     ctx.rpx_bin = os.path.abspath(a.rpx_bin)
+    ctx.scheme = "https" if a.tls else "http"
+    ctx.tls_dir = None  # set once the temp dir exists
+    ctx.openssl_version = ssl.OPENSSL_VERSION
+    if a.out is None:
+        a.out = os.path.join(HERE, "results", "idle_tls_conns.md" if a.tls else "idle_conns.md")
     ctx.proxies_idle = [p for p in a.proxies.split(",") if p]
     for p in ctx.proxies_idle:
         if p not in ("rpx", "nginx"):
@@ -791,6 +911,12 @@ def main(argv):
         os.chmod(os.path.join(www, "small.txt"), 0o644)
         od = os.path.join(ctx.tmp, "origin")
         os.makedirs(od)
+        if a.tls:  # the certificates of bench/run.sh's TLS rows, by the same writer
+            ctx.tls_dir = os.path.join(ctx.tmp, "tls")
+            os.makedirs(ctx.tls_dir)
+            os.chmod(ctx.tls_dir, 0o755)
+            subprocess.run(["bash", "-c", 'source "$1/configs.sh" && write_tls_certs "$2"', "_",
+                            HERE, ctx.tls_dir], check=True)
         ctx.origin_port = free_port()
         write_origin_conf(od, ctx.origin_port, www, ctx.nofile)
         origin = start(["taskset", "-c", "1", ctx.nginx, "-p", od, "-c",

@@ -65,19 +65,23 @@ def main():
             "busy": median([num(r.get("proxy_cpu_pct")) for r in rs]),
             "cpu1": median([num(r.get("cpu1_us_per_req")) for r in rs]),
             "throttled": median([num(r.get("throttled_pct")) for r in rs]),
+            "resumed": median([num(r.get("tls_resumed_pct")) for r in rs]),
             "other": max([v for v in (num(r.get("other_cpu_pct")) for r in rs) if v is not None], default=None),
         }
 
     # The throttled column exists only in runs with a CPU cap (bench/run.sh PROXY_CPU < 1).
     capped = any(a["throttled"] is not None for a in agg.values())
+    # ...and "resumed %" only in runs with handshake rows (tls-full-*, tls-resume-*).
+    handshakes = any(a["resumed"] is not None for a in agg.values())
     out = []
     with open(header_path) as f:
         out.append(f.read().rstrip("\n"))
     out.append("")
     out.append("| row | proxy | req/s | p99 | errors (non-2xx + socket) | TIME_WAIT upstream | TIME_WAIT total "
                "| RSS MiB | CPU µs/req | proxy CPU % | " + ("throttled % | " if capped else "") +
-               "CPU 1 µs/req | req/s rpx/nginx | CPU/req rpx/nginx | req/s rpx/haproxy | other CPU % |")
-    out.append("|---|---|" + "---:|" * (14 if capped else 13))
+               "CPU 1 µs/req | req/s rpx/nginx | CPU/req rpx/nginx | req/s rpx/haproxy | other CPU % |" +
+               (" TLS resumed % |" if handshakes else ""))
+    out.append("|---|---|" + "---:|" * (13 + capped + handshakes))
     for row in rows:
         for proxy in proxies:
             a = agg.get((row, proxy))
@@ -103,6 +107,7 @@ def main():
                 + (f"| {fmt(a['throttled'])} " if capped else "")
                 + f"| {fmt(a['cpu1'], 1)} "
                 f"| {ratio_rps} | {ratio_cpu} | {ratio_hap} | {fmt(a['other'])} |"
+                + (f" {fmt(a['resumed'], 1)} |" if handshakes else "")
             )
     out.append("")
     out.append("Medians over the runs (errors: worst run). TIME_WAIT = sockets that entered TIME_WAIT during "
@@ -120,7 +125,13 @@ def main():
                + ("throttled % = share of the proxy's CPU-quota periods in which it used up its quota "
                   "(near 100 = the cap, not CPU 1, limited req/s). " if capped else "") +
                "other CPU % = CPU used during the run by anything but the proxy, the origin and wrk, in % of "
-               "one CPU (worst run); more than a few % means something else was running and the row is noisy.")
+               "one CPU (worst run); more than a few % means something else was running and the row is noisy."
+               + (" TLS rows (tls-*, tls12-*): the proxy terminates TLS, the origin side is cleartext. On the "
+                  "handshake rows (tls-full-*, tls-resume-*, tls12-*) every request is a new TLS connection "
+                  "(bench/tls_handshakes; tls12-*: the client offers TLS 1.2 at most): req/s is handshakes/s and "
+                  "CPU µs/req the proxy's CPU per handshake (with one 30 B request); TLS resumed % = share of "
+                  "those handshakes that resumed a session (0 on full rows, ~100 on resume rows, as it should be)."
+                  if any(r.startswith("tls") for r in rows) else ""))
     print("\n".join(out))
 
 

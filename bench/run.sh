@@ -9,7 +9,14 @@
 #   WARMUP=1s         unmeasured wrk run before each measurement (0 = none)
 #   ROWS="..."        subset of rows, default: 30B-c50 30B-c200 30B-c400 30B-c1000 16KB-c50 4MiB-c10
 #                     close-c200 (30 B, every request on a new connection: Connection: close);
-#                     also available: 30B-c1 and 30B-c10 (latency-bound: one or ten clients)
+#                     also available: 30B-c1 and 30B-c10 (latency-bound: one or ten clients), and the
+#                     TLS rows (the word `tls` in ROWS stands for all of them): tls-full-ecdsa-c50 and
+#                     tls-full-rsa-c50 (a new TLS connection per request, full handshakes, with an
+#                     ECDSA P-256 / RSA-2048 certificate), tls-resume-c50 (the same, sessions resumed
+#                     with tickets), tls-30B-c50 tls-30B-c400 tls-16KB-c50 tls-4MiB-c10 (keep-alive
+#                     HTTPS, wrk). Proxies terminate TLS; the origin stays cleartext. `tls12` stands
+#                     for tls12-full-ecdsa-c50 and tls12-resume-c50: the handshake rows with the client
+#                     offering TLS 1.2 at most, whose resumption skips the key exchange (TLS 1.3's does not)
 #   PROXIES="..."     subset of proxies, default: rpx nginx nginx-best haproxy; also available:
 #                     rpx-10kvh (10,000 more virtual hosts in the table), rpx-2w (2 workers on both
 #                     CPUs, the second shared with wrk and the origin), haproxy-bp (HAProxy with
@@ -44,6 +51,10 @@
 #   BASE_PORT=18000   first port tried for the origin/proxies/admin (free ports are picked upward)
 #   OUT_DIR=bench/results   where latest.md and raw/ go
 #   KEEP_TMP=1        keep the temp dir (configs, payloads, proxy logs) after the run
+#   OUT_NAME=latest.md  the report's file name in OUT_DIR (default latest.md; when every row is a
+#                     TLS row: tls-latest.md, or tls-latest-capped.md with PROXY_CPU below 1)
+#   TLS_CLIENT_BIN=path  the handshake rows' client (default <repo>/bazel-bin/bench/tls_handshakes:
+#                     bazel build //bench:tls_handshakes)
 #   TCP_CC=cubic      run everything (proxies, origin, wrk) in a fresh network namespace whose default
 #                     TCP congestion control is this one; the host's setting is left alone. Every
 #                     other net.* setting of a new namespace matches the host's (see bench/README.md:
@@ -60,7 +71,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
 
 # --- options (remember which were given, for the report header) --------------------------
-OPTION_VARS=(RUNS DURATION WARMUP ROWS PROXIES DIRECT DIRECT_ROWS DIRECT_WRK_CPU RPX_BIN RPX_ARGS RPX_B_BIN RPX_B_ARGS RPX_REQUEST_ID RPX_B_REQUEST_ID RELAY_BIN ORIGIN ORIGIN_BIN PROXY_CPU PROXY_CPU_PERIOD_US NGINX_BEST_TUNE SKIP_INSTALL BASE_PORT OUT_DIR KEEP_TMP TCP_CC)
+OPTION_VARS=(RUNS DURATION WARMUP ROWS PROXIES DIRECT DIRECT_ROWS DIRECT_WRK_CPU RPX_BIN RPX_ARGS RPX_B_BIN RPX_B_ARGS RPX_REQUEST_ID RPX_B_REQUEST_ID RELAY_BIN ORIGIN ORIGIN_BIN PROXY_CPU PROXY_CPU_PERIOD_US NGINX_BEST_TUNE SKIP_INSTALL BASE_PORT OUT_DIR OUT_NAME KEEP_TMP TCP_CC TLS_CLIENT_BIN)
 GIVEN_ENV=""
 for v in "${OPTION_VARS[@]}"; do
   if [ -n "${!v+x}" ]; then
@@ -71,7 +82,10 @@ RUNS=${RUNS:-3}
 DURATION=${DURATION:-10s}
 WARMUP=${WARMUP:-1s}
 ALL_ROWS="30B-c50 30B-c200 30B-c400 30B-c1000 16KB-c50 4MiB-c10 close-c200"
+TLS_ROWS="tls-full-ecdsa-c50 tls-full-rsa-c50 tls-resume-c50 tls-30B-c50 tls-30B-c400 tls-16KB-c50 tls-4MiB-c10"
 ROWS=${ROWS:-$ALL_ROWS}
+TLS12_ROWS="tls12-full-ecdsa-c50 tls12-resume-c50"
+ROWS=$(for r in $ROWS; do case "$r" in tls) echo "$TLS_ROWS" ;; tls12) echo "$TLS12_ROWS" ;; *) echo "$r" ;; esac; done | xargs)
 ALL_PROXIES="rpx nginx nginx-best haproxy"
 PROXIES=${PROXIES:-$ALL_PROXIES}
 DIRECT=${DIRECT:-1}
@@ -93,6 +107,7 @@ SKIP_INSTALL=${SKIP_INSTALL:-0}
 BASE_PORT=${BASE_PORT:-18000}
 OUT_DIR=${OUT_DIR:-$HERE/results}
 KEEP_TMP=${KEEP_TMP:-0}
+TLS_CLIENT_BIN=${TLS_CLIENT_BIN:-$ROOT/bazel-bin/bench/tls_handshakes}
 
 # TCP_CC: start again inside a new network namespace (only loopback, which is all the bench uses)
 # with that congestion control as the default; the namespace ends with the script.
@@ -110,18 +125,39 @@ if [ -n "${TCP_CC:-}" ] && [ -z "${RPX_BENCH_IN_NETNS:-}" ]; then
 fi
 
 declare -A ROW_PATH=([30B-c1]=/small.txt [30B-c10]=/small.txt [30B-c50]=/small.txt [30B-c200]=/small.txt [30B-c400]=/small.txt [30B-c1000]=/small.txt
-                     [16KB-c50]=/page.html [4MiB-c10]=/big.bin [close-c200]=/small.txt)
+                     [16KB-c50]=/page.html [4MiB-c10]=/big.bin [close-c200]=/small.txt
+                     [tls-full-ecdsa-c50]=/small.txt [tls-full-rsa-c50]=/small.txt [tls-resume-c50]=/small.txt
+                     [tls-30B-c50]=/small.txt [tls-30B-c400]=/small.txt [tls-16KB-c50]=/page.html [tls-4MiB-c10]=/big.bin
+                     [tls12-full-ecdsa-c50]=/small.txt [tls12-resume-c50]=/small.txt)
 declare -A ROW_CONNS=([30B-c1]=1 [30B-c10]=10 [30B-c50]=50 [30B-c200]=200 [30B-c400]=400 [30B-c1000]=1000 [16KB-c50]=50 [4MiB-c10]=10
-                      [close-c200]=200)
+                      [close-c200]=200
+                      [tls-full-ecdsa-c50]=50 [tls-full-rsa-c50]=50 [tls-resume-c50]=50
+                      [tls-30B-c50]=50 [tls-30B-c400]=400 [tls-16KB-c50]=50 [tls-4MiB-c10]=10
+                      [tls12-full-ecdsa-c50]=50 [tls12-resume-c50]=50)
 # Extra request header of a row (wrk -H).
 declare -A ROW_HDR=([close-c200]="Connection: close")
+# TLS rows: the proxy's TLS listener they use (ec: ECDSA P-256 certificate, rsa: RSA-2048), and
+# the handshake rows' client (bench/tls_handshakes, a new connection per request: full = no
+# session offered, resume = each client offers the ticket of its previous connection; full12 and
+# resume12 the same offering TLS 1.2 at most); the other TLS rows are wrk over https (keep-alive:
+# one handshake per connection, at the start).
+declare -A ROW_TLS=([tls-full-ecdsa-c50]=ec [tls-full-rsa-c50]=rsa [tls-resume-c50]=ec
+                    [tls-30B-c50]=ec [tls-30B-c400]=ec [tls-16KB-c50]=ec [tls-4MiB-c10]=ec
+                    [tls12-full-ecdsa-c50]=ec [tls12-resume-c50]=ec)
+declare -A ROW_CLIENT=([tls-full-ecdsa-c50]=full [tls-full-rsa-c50]=full [tls-resume-c50]=resume
+                       [tls12-full-ecdsa-c50]=full12 [tls12-resume-c50]=resume12)
 
 log() { echo "[bench $(date +%H:%M:%S)] $*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 # shellcheck source=bench/configs.sh
 source "$HERE/configs.sh"  # payloads, config writers, wait_port, cpu_busy_ticks, cgroup helpers
 
-for r in $ROWS; do [ -n "${ROW_PATH[$r]+x}" ] || die "unknown row '$r' (known: 30B-c1 30B-c10 $ALL_ROWS)"; done
+for r in $ROWS; do [ -n "${ROW_PATH[$r]+x}" ] || die "unknown row '$r' (known: 30B-c1 30B-c10 $ALL_ROWS; tls = $TLS_ROWS; tls12 = $TLS12_ROWS)"; done
+for r in $DIRECT_ROWS; do [ -z "${ROW_TLS[$r]:-}" ] || die "DIRECT_ROWS: $r is a TLS row (the origin speaks cleartext only)"; done
+TLS=0; ALL_TLS=1  # any TLS row / only TLS rows
+for r in $ROWS; do if [ -n "${ROW_TLS[$r]:-}" ]; then TLS=1; else ALL_TLS=0; fi; done
+HS=0  # any handshake row (bench/tls_handshakes)
+for r in $ROWS; do if [ -n "${ROW_CLIENT[$r]:-}" ]; then HS=1; fi; done
 KNOWN_PROXIES="$ALL_PROXIES rpx-10kvh rpx-2w rpx-b haproxy-bp relay"
 for p in $PROXIES; do case " $KNOWN_PROXIES " in *" $p "*) ;; *) die "unknown proxy '$p' (known: $KNOWN_PROXIES)";; esac; done
 [[ "$RUNS" =~ ^[1-9][0-9]*$ ]] || die "RUNS must be a positive integer"
@@ -135,6 +171,13 @@ case "$ORIGIN" in
   nginx) ;;
   *) die "ORIGIN must be lean or nginx (got '$ORIGIN')" ;;
 esac
+if [ "$HS" = 1 ]; then
+  if [ ! -x "$TLS_CLIENT_BIN" ] && [ "$TLS_CLIENT_BIN" = "$ROOT/bazel-bin/bench/tls_handshakes" ] && command -v bazel >/dev/null; then
+    log "building the handshake client: bazel build //bench:tls_handshakes"
+    (cd "$ROOT" && bazel build //bench:tls_handshakes >&2) || die "bazel build //bench:tls_handshakes failed"
+  fi
+  [ -x "$TLS_CLIENT_BIN" ] || die "the handshake rows need $TLS_CLIENT_BIN (bazel build //bench:tls_handshakes, or set TLS_CLIENT_BIN)"
+fi
 # A sanitizer build would measure the sanitizer: .ci/run leaves bazel-bin holding the ASan build.
 for b in "$RPX_BIN" "$([ "$ORIGIN" = lean ] && echo "$ORIGIN_BIN")"; do
   if [ -n "$b" ] && [ -f "$b" ] && grep -q __asan_init "$b"; then
@@ -149,6 +192,11 @@ PROXY_QUOTA_US=$(cpu_quota_us "$PROXY_CPU" "$PROXY_CPU_PERIOD_US")
 if [ "$PROXY_QUOTA_US" != 0 ] && [ "$PROXY_QUOTA_US" -lt 1000 ]; then
   die "PROXY_CPU=$PROXY_CPU x PROXY_CPU_PERIOD_US=$PROXY_CPU_PERIOD_US is under the kernel's 1 ms minimum quota"
 fi
+if [ -z "${OUT_NAME:-}" ]; then
+  OUT_NAME=latest.md
+  if [ "$ALL_TLS" = 1 ]; then OUT_NAME=tls-latest$([ "$PROXY_QUOTA_US" = 0 ] || echo -capped).md; fi
+fi
+[[ "$OUT_NAME" =~ ^[A-Za-z0-9._-]+$ ]] || die "OUT_NAME must be a plain file name (got '$OUT_NAME')"
 
 # "10s" / "1m" / "500ms" / "7" -> whole seconds, rounded up (only used for timeouts)
 to_secs() {
@@ -168,7 +216,7 @@ WARMUP_S=$(to_secs "$WARMUP")
 # --- tools ----------------------------------------------------------------------------------
 missing_tools() {
   local t m=""
-  for t in nginx haproxy wrk taskset ss curl pgrep; do
+  for t in nginx haproxy wrk taskset ss curl pgrep openssl; do
     command -v "$t" >/dev/null 2>&1 || [ -x "/usr/sbin/$t" ] || m+=" $t"
   done
   echo "$m"
@@ -180,10 +228,10 @@ if [ -n "$(missing_tools)" ]; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
   export DEBIAN_FRONTEND=noninteractive
   timeout 900 $SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends \
-      nginx-light haproxy wrk util-linux iproute2 curl procps >/dev/null ||
+      nginx-light haproxy wrk util-linux iproute2 curl procps openssl >/dev/null ||
     { timeout 600 $SUDO apt-get -o DPkg::Lock::Timeout=300 update -qq &&
       timeout 900 $SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends \
-        nginx-light haproxy wrk util-linux iproute2 curl procps >/dev/null; } ||
+        nginx-light haproxy wrk util-linux iproute2 curl procps openssl >/dev/null; } ||
     die "apt-get install failed"
   [ -z "$(missing_tools)" ] || die "still missing after install:$(missing_tools)"
 fi
@@ -281,12 +329,19 @@ STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 RAW="$OUT_DIR/raw/$STAMP"
 mkdir -p "$RAW" "$TMP/www"
 RESULTS_TSV="$RAW/results.tsv"
-printf 'proxy\trow\trun\treq_s\tp99_ms\trequests\tnon2xx\tsock_err\ttw_upstream\ttw_total\trss_kib\tcpu_us_per_req\torigin_cpu_us_per_req\ttransfer_per_s\tother_cpu_pct\tproxy_cpu_pct\tcpu1_us_per_req\tthrottled_pct\n' >"$RESULTS_TSV"
+printf 'proxy\trow\trun\treq_s\tp99_ms\trequests\tnon2xx\tsock_err\ttw_upstream\ttw_total\trss_kib\tcpu_us_per_req\torigin_cpu_us_per_req\ttransfer_per_s\tother_cpu_pct\tproxy_cpu_pct\tcpu1_us_per_req\tthrottled_pct\ttls_resumed_pct\n' >"$RESULTS_TSV"
 
 write_payloads "$TMP/www"
 chmod 644 "$TMP/www/"*
 SIZE_SMALL=$(stat -c %s "$TMP/www/small.txt"); SIZE_PAGE=$(stat -c %s "$TMP/www/page.html"); SIZE_BIG=$(stat -c %s "$TMP/www/big.bin")
 log "payloads: small.txt=${SIZE_SMALL}B page.html=${SIZE_PAGE}B big.bin=${SIZE_BIG}B in $TMP/www"
+TLS_DIR=""
+if [ "$TLS" = 1 ]; then
+  TLS_DIR="$TMP/tls"
+  mkdir -p "$TLS_DIR"; chmod 755 "$TLS_DIR"
+  write_tls_certs "$TLS_DIR" || die "openssl could not make the throwaway certificates"
+  log "TLS: throwaway ECDSA P-256 and RSA-2048 certificates for localhost in $TLS_DIR"
+fi
 
 # --- process groups and /proc sampling ------------------------------------------------------------
 # PIDs of a proxy: the process we started plus its direct children (nginx workers).
@@ -406,13 +461,17 @@ log "origin ($ORIGIN) PID $ORIGIN_PID on 127.0.0.1 ports ${ORIGIN_PORTS[*]} (one
 # --- proxies ---------------------------------------------------------------------------------------
 PROXY_PID=""; PROXY_PORT=""
 declare -A PROXY_CG  # proxy name -> its capped cgroup dir ("" when PROXY_CPU=1)
-start_proxy() {  # $1 name; sets PROXY_PID, PROXY_PORT; returns 1 if it cannot be started
+start_proxy() {  # $1 name; sets PROXY_PID, PROXY_PORT (and TLS_PORT, TLS_RSA_PORT); returns 1 if it cannot be started
   local name=$1 dir="$TMP/$1" admin cg
   UPSTREAM_PORT=${ORIGIN_PORTS[$name]}  # read by the config writers
   mkdir -p "$dir"
   make_cgroup "$name" cg
   PROXY_CG[$name]=$cg
   pick_port PROXY_PORT
+  # TLS listeners (read by the config writers), besides the cleartext one: with TLS rows, for
+  # every proxy but the relay, which speaks no TLS.
+  TLS_PORT=""; TLS_RSA_PORT=""
+  if [ "$TLS" = 1 ] && [ "$name" != relay ]; then pick_port TLS_PORT; pick_port TLS_RSA_PORT; fi
   case "$name" in
     rpx|rpx-10kvh|rpx-2w|rpx-b)
       local bin=$RPX_BIN args=$RPX_ARGS
@@ -470,23 +529,59 @@ start_proxy() {  # $1 name; sets PROXY_PID, PROXY_PORT; returns 1 if it cannot b
     log "SKIP $name: sanity GET through the proxy failed (small body '${body:0:60}', big '$size')"
     stop_pid "$PROXY_PID"; return 1
   fi
-  log "$name PID $PROXY_PID on 127.0.0.1:$PROXY_PORT (CPU 0${cg:+, capped at $PROXY_CPU CPU in $cg})"
+  if [ -n "$TLS_PORT" ]; then
+    tls_sanity "$name" "$dir" || { stop_pid "$PROXY_PID"; return 1; }
+  fi
+  log "$name PID $PROXY_PID on 127.0.0.1:$PROXY_PORT${TLS_PORT:+, TLS on $TLS_PORT (ECDSA) and $TLS_RSA_PORT (RSA)} (CPU 0${cg:+, capped at $PROXY_CPU CPU in $cg})"
+}
+# The TLS listeners must return the origin's bytes too, each with its own certificate; what they
+# negotiate with a default OpenSSL client (openssl s_client, as wrk and bench/tls_handshakes offer
+# the same) goes into the report's header, so that a row never compares different ciphers.
+declare -A PROXY_TLS_INFO
+tls_sanity() {  # $1 name $2 dir
+  local name=$1 dir=$2 body size k port info
+  body=$(curl -sk --max-time 5 "https://127.0.0.1:$TLS_PORT/small.txt" || true)
+  size=$(curl -sk --max-time 20 -o /dev/null -w '%{size_download}:%{http_code}' "https://127.0.0.1:$TLS_PORT/big.bin" || true)
+  if [ "$body" != "$(cat "$TMP/www/small.txt")" ] || [ "$size" != "$SIZE_BIG:200" ]; then
+    log "SKIP $name: sanity GET over TLS failed (small body '${body:0:60}', big '$size')"; return 1
+  fi
+  PROXY_TLS_INFO[$name]=""
+  for k in ec rsa; do
+    port=$TLS_PORT; if [ "$k" = rsa ]; then port=$TLS_RSA_PORT; fi
+    printf 'GET /small.txt HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n' |
+      timeout 10 openssl s_client -connect "127.0.0.1:$port" -servername localhost -alpn http/1.1 \
+        -ign_eof >"$dir/s_client.$k.txt" 2>&1 || true
+    grep -q "^$(cat "$TMP/www/small.txt")\$" "$dir/s_client.$k.txt" ||
+      { log "SKIP $name: openssl s_client got no response from the $k listener ($dir/s_client.$k.txt)"; return 1; }
+    info=$(awk -F': ' '/^New, /{split($0, a, ", "); v = a[2]} /^Server Temp Key/{g = $2} /^Peer signature type/{t = $2}
+                       /^ALPN protocol/{p = $2} /Cipher is/{sub(/.*Cipher is /, ""); c = $0}
+                       END {sub(/, .*/, "", g); printf "%s %s, %s, %s signature, ALPN %s", v, c, g, t, p}' "$dir/s_client.$k.txt")
+    PROXY_TLS_INFO[$name]+="${PROXY_TLS_INFO[$name]:+; }$k: $info"
+  done
+  log "$name TLS: ${PROXY_TLS_INFO[$name]}"
 }
 
 WRK_CPU=1
-run_wrk() {  # $1 conns $2 duration $3 url $4 outfile [$5 header] ; wrk on CPU $WRK_CPU, bounded in time
+# $1 conns $2 duration $3 url $4 outfile [$5 header [$6 client: wrk (default), or full / resume:
+# bench/tls_handshakes, a new TLS connection per request]]; on CPU $WRK_CPU, bounded in time
+run_wrk() {
   local secs; secs=$(to_secs "$2")
-  local hdr=()
-  if [ -n "${5:-}" ]; then hdr=(-H "$5"); fi
+  local cmd=(wrk -t1 -c "$1" -d "$2" --timeout 10s --latency)
+  if [ -n "${5:-}" ]; then cmd+=(-H "$5"); fi
+  case "${6:-wrk}" in
+    full*|resume*) cmd=("$TLS_CLIENT_BIN" -c "$1" -d "$2" --timeout 10) ;;
+  esac
+  case "${6:-wrk}" in resume*) cmd+=(--resume) ;; esac
+  case "${6:-wrk}" in *12) cmd+=(--tls12) ;; esac
   # In the background + wait, so that a signal to this script runs the cleanup trap at once.
-  taskset -c "$WRK_CPU" timeout -k 5 $(( secs + 60 )) wrk -t1 -c "$1" -d "$2" --timeout 10s --latency "${hdr[@]}" "$3" >"$4" 2>&1 &
+  taskset -c "$WRK_CPU" timeout -k 5 $(( secs + 60 )) "${cmd[@]}" "$3" >"$4" 2>&1 &
   local pid=$!
   STARTED_PIDS+=("$pid")
   wait "$pid" || true
   forget_pid "$pid"
 }
 
-# parse a wrk --latency output file -> "req_s p99_ms requests non2xx sock_err transfer"
+# parse a wrk --latency output file (or bench/tls_handshakes', which prints the same lines) -> "req_s p99_ms requests non2xx sock_err transfer"
 parse_wrk() {
   awk '
     function ms(v) {
@@ -513,14 +608,18 @@ measure() {
   local name=$1 row=$2 run=$3 port=$4 pid=$5
   local conns=${ROW_CONNS[$row]} url="http://127.0.0.1:$4${ROW_PATH[$row]}"
   local out="$RAW/wrk.$name.$row.run$run.txt" twb="$TMP/tw.before" twa="$TMP/tw.after"
-  local hdr=${ROW_HDR[$row]:-}
-  if [ "$WARMUP_S" -gt 0 ]; then run_wrk "$conns" "$WARMUP" "$url" "$RAW/wrk.$name.$row.run$run.warmup.txt" "$hdr"; fi
+  local hdr=${ROW_HDR[$row]:-} client=${ROW_CLIENT[$row]:-wrk}
+  case "${ROW_TLS[$row]:-}" in  # TLS rows: the proxy's TLS listener with that certificate
+    ec) port=${PROXY_TLS_PORTS[$name]}; url="https://127.0.0.1:$port${ROW_PATH[$row]}" ;;
+    rsa) port=${PROXY_TLS_RSA_PORTS[$name]}; url="https://127.0.0.1:$port${ROW_PATH[$row]}" ;;
+  esac
+  if [ "$WARMUP_S" -gt 0 ]; then run_wrk "$conns" "$WARMUP" "$url" "$RAW/wrk.$name.$row.run$run.warmup.txt" "$hdr" "$client"; fi
   tw_snapshot >"$twb"
   local t0 t1; t0=$(date +%s%N)
   local c0 o0 c1 o1 m0 m1 k0 k1 w0 w1 l0 l1 cg=${PROXY_CG[$name]:-} np0 nt0 np1 nt1
   read -r np0 nt0 < <(cg_throttle "$cg")
   c0=$(cpu_ticks "$pid"); o0=$(cpu_ticks "$ORIGIN_PID"); children_ticks k0; m0=$(cpu_busy_ticks); l0=$(cpu_busy_ticks 1); w0=$(date +%s%N)
-  run_wrk "$conns" "$DURATION" "$url" "$out" "$hdr"
+  run_wrk "$conns" "$DURATION" "$url" "$out" "$hdr" "$client"
   m1=$(cpu_busy_ticks); l1=$(cpu_busy_ticks 1); w1=$(date +%s%N); c1=$(cpu_ticks "$pid"); o1=$(cpu_ticks "$ORIGIN_PID"); children_ticks k1
   read -r np1 nt1 < <(cg_throttle "$cg")
   local throttled=NA
@@ -539,18 +638,36 @@ measure() {
   tw_snapshot >"$twa"
   t1=$(date +%s%N)
   read -r tw_total tw_up < <(tw_new "$twb" "$twa" $(( (t1 - t0) / 1000000 )) "$port" "${ORIGIN_PORTS[$name]}")
-  local rps p99 req non2xx sock xfer
+  local rps p99 req non2xx sock xfer resumed=NA
   read -r rps p99 req non2xx sock xfer < <(parse_wrk "$out")
+  # bench/tls_handshakes' count of the handshakes that resumed a session, in %
+  if [ "$client" != wrk ]; then
+    resumed=$(awk '/^Handshakes:/ { if ($2 > 0) printf "%.1f", $6 * 100 / $2; else print "NA" }' "$out")
+  fi
   local cpu_us ocpu_us lcpu_us
   lcpu_us=$(awk -v d=$((l1 - l0)) -v t="$CLK_TCK" -v n="$req" 'BEGIN{ if (n+0 > 0) printf "%.2f", d * 1e6 / t / n; else print "NA" }')
   cpu_us=$(awk -v d=$((c1 - c0)) -v t="$CLK_TCK" -v n="$req" 'BEGIN{ if (n+0 > 0) printf "%.2f", d * 1e6 / t / n; else print "NA" }')
   ocpu_us=$(awk -v d=$((o1 - o0)) -v t="$CLK_TCK" -v n="$req" 'BEGIN{ if (n+0 > 0) printf "%.2f", d * 1e6 / t / n; else print "NA" }')
   if [ "$name" = direct ]; then rss="NA"; cpu_us="NA"; busy_pct="NA"; fi
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$row" "$run" "$rps" "$p99" "$req" \
-    "$non2xx" "$sock" "$tw_up" "$tw_total" "$rss" "$cpu_us" "$ocpu_us" "$xfer" "$other" "$busy_pct" "$lcpu_us" "$throttled" >>"$RESULTS_TSV"
-  log "  $name $row run $run: ${rps} req/s, p99 ${p99} ms, non2xx $non2xx, sockerr $sock, TW up/total $tw_up/$tw_total, RSS ${rss} KiB, CPU ${cpu_us} us/req (${busy_pct}% of its CPU), CPU 1 ${lcpu_us} us/req, other CPU ${other}%${cg:+, throttled in ${throttled}% of quota periods}"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$row" "$run" "$rps" "$p99" "$req" \
+    "$non2xx" "$sock" "$tw_up" "$tw_total" "$rss" "$cpu_us" "$ocpu_us" "$xfer" "$other" "$busy_pct" "$lcpu_us" "$throttled" "${resumed:-NA}" >>"$RESULTS_TSV"
+  log "  $name $row run $run: ${rps} req/s, p99 ${p99} ms, non2xx $non2xx, sockerr $sock, TW up/total $tw_up/$tw_total, RSS ${rss} KiB, CPU ${cpu_us} us/req (${busy_pct}% of its CPU), CPU 1 ${lcpu_us} us/req, other CPU ${other}%${cg:+, throttled in ${throttled}% of quota periods}$([ "$resumed" = NA ] || echo ", $resumed% of handshakes resumed")"
   [ "$rps" != NA ] || { log "  wrk output:"; tail -n 5 "$out" >&2 || true; }
 }
+
+# --- the crypto's own speed, for the TLS rows ------------------------------------------------------
+# What one core does with the same libcrypto (openssl speed, on CPU 0 before any proxy starts): a
+# full handshake costs the server one signature and an X25519 key generation + derivation, so these
+# bound full handshakes/s per core from above.
+OPENSSL_SPEED=""
+if [ "$TLS" = 1 ]; then
+  log "openssl speed on CPU 0 (ecdsap256 rsa2048 ecdhx25519, 2 s each)..."
+  taskset -c 0 timeout 120 openssl speed -seconds 2 ecdsap256 rsa2048 ecdhx25519 >"$RAW/openssl-speed.txt" 2>/dev/null || true
+  OPENSSL_SPEED=$(awk '/^rsa 2048 bits/ {rs = $(NF-1); rv = $NF} /ecdsa \(nistp256\)/ {es = $(NF-1); ev = $NF}
+                       /ecdh \(X25519\)/ {x = $NF}
+                       END {printf "openssl speed on CPU 0, per core: ECDSA P-256 %s sign/s, %s verify/s; RSA-2048 %s sign/s, %s verify/s; X25519 %s ops/s", es, ev, rs, rv, x}' "$RAW/openssl-speed.txt")
+  log "$OPENSSL_SPEED"
+fi
 
 # --- header --------------------------------------------------------------------------------------
 CPU_MODEL=$(awk -F': ' '/^model name/{print $2; exit}' /proc/cpuinfo)
@@ -577,6 +694,12 @@ HEADER="$RAW/header.md"
     echo "- rpx: not measured ($RPX_BIN missing)"
   fi
   echo "- payloads: ${SIZE_SMALL} B text, ${SIZE_PAGE} B HTML, ${SIZE_BIG} B binary; fd limit $NOFILE; HAProxy maxconn $HAPROXY_MAXCONN"
+  if [ "$TLS" = 1 ]; then
+    libssl() { ldd "$1" 2>/dev/null | awk '/libssl/ {print $3; exit}'; }
+    echo "- TLS: $(openssl version); libssl of rpx: $(libssl "$RPX_BIN"), nginx: $(libssl "$(command -v nginx)"), HAProxy: $(libssl "$(command -v haproxy)"); one throwaway certificate per key type, ECDSA P-256 and RSA-2048, the same files for every proxy; each proxy's defaults otherwise (TLS 1.2-1.3, session tickets on; nginx 1.22 needs \`ssl_protocols TLSv1.2 TLSv1.3\` for that); the origin side is cleartext"
+    echo "- TLS clients: wrk over https for the keep-alive rows; \`bench/tls_handshakes\` (\`$TLS_CLIENT_BIN\`) for the handshake rows: tls-full-* (a new connection per request, no session offered), tls-resume-* (each of the 50 clients offers the ticket of its previous connection), tls12-* (the same, offering TLS 1.2 at most); both on CPU 1"
+    echo "- $OPENSSL_SPEED"
+  fi
   echo "- raw logs: ${RAW#"$ROOT"/}"
   echo "- CPU busy before the run: ${BUSY_START}% of one CPU (1 s sample)$BUSY_NOTE"
 } >"$HEADER"
@@ -595,13 +718,16 @@ save_files() {  # $1 = name: configs and logs of that proxy (or the origin) into
 # phases lasting minutes; measured one proxy after another, a whole proxy could land in one phase
 # (the same rpx binary did 21.7k req/s at 30B-c200 in one run and 40.5k half an hour later).
 # Interleaved, the proxies compared in a row are measured within a minute of each other.
-declare -A PROXY_PORTS PROXY_PIDS
+declare -A PROXY_PORTS PROXY_PIDS PROXY_TLS_PORTS PROXY_TLS_RSA_PORTS
 STARTED=""
 for proxy in $PROXIES; do
   if ! start_proxy "$proxy"; then SKIPPED+=" $proxy"; save_files "$proxy"; continue; fi
   PROXY_PORTS[$proxy]=$PROXY_PORT
   PROXY_PIDS[$proxy]=$PROXY_PID
+  PROXY_TLS_PORTS[$proxy]=$TLS_PORT
+  PROXY_TLS_RSA_PORTS[$proxy]=$TLS_RSA_PORT
   STARTED+=" $proxy"
+  if [ -n "${PROXY_TLS_INFO[$proxy]:-}" ]; then echo "- $proxy negotiates (openssl s_client): ${PROXY_TLS_INFO[$proxy]}" >>"$HEADER"; fi
 done
 for run in $(seq 1 "$RUNS"); do
   for row in $ROWS; do
@@ -611,6 +737,7 @@ for run in $(seq 1 "$RUNS"); do
       WRK_CPU=1
     fi
     for proxy in $STARTED; do
+      if [ -n "${ROW_TLS[$row]:-}" ] && [ -z "${PROXY_TLS_PORTS[$proxy]}" ]; then continue; fi  # the relay
       measure "$proxy" "$row" "$run" "${PROXY_PORTS[$proxy]}" "${PROXY_PIDS[$proxy]}"
     done
   done
@@ -621,9 +748,24 @@ for proxy in $STARTED; do
 done
 save_files origin
 [ -z "$SKIPPED" ] || echo "- skipped:${SKIPPED} (see log above / raw dir)" >>"$HEADER"
+# What bench/tls_handshakes negotiated on each handshake row (its first full or resumed handshake
+# of run 1), so that a row never compares different protocols, ciphers or groups unnoticed.
+for row in $ROWS; do
+  case "${ROW_CLIENT[$row]:-}" in full*) kind=Full ;; resume*) kind=Resumed ;; *) continue ;; esac
+  line="" first=""
+  for proxy in $STARTED; do
+    [ -f "$RAW/wrk.$proxy.$row.run1.txt" ] || continue  # the relay has no TLS rows
+    got=$(sed -n "s/^$kind: //p" "$RAW/wrk.$proxy.$row.run1.txt" | head -n 1)
+    [ -n "$got" ] || continue
+    if [ -z "$first" ]; then first=$got; line="$proxy: $got"
+    elif [ "$got" = "$first" ]; then line+="; $proxy: the same"
+    else line+="; $proxy: $got"; fi
+  done
+  [ -z "$line" ] || echo "- $row, the client's ${kind,,} handshakes: $line" >>"$HEADER"
+done
 
 mkdir -p "$OUT_DIR"
 python3 "$HERE/report.py" "$HEADER" "$RESULTS_TSV" "$ROWS" "direct $PROXIES" >"$RAW/table.md"
-cp "$RAW/table.md" "$OUT_DIR/latest.md"
-cat "$OUT_DIR/latest.md"
-log "wrote ${OUT_DIR}/latest.md; raw logs in $RAW"
+cp "$RAW/table.md" "$OUT_DIR/$OUT_NAME"
+cat "$OUT_DIR/$OUT_NAME"
+log "wrote ${OUT_DIR}/$OUT_NAME; raw logs in $RAW"
