@@ -210,8 +210,9 @@ class Builder {
              const std::string& path, std::vector<CidrRange>* out);
   bool DownstreamTransport(const envoy::config::core::v3::TransportSocket& ts,
                            const std::string& path, FilterChainConfig* chain);
+  // The transport in `out`; SDS names go to info->sds_secrets.
   bool UpstreamTransport(const envoy::config::core::v3::TransportSocket& ts,
-                         const std::string& path, ClusterInfo* info);
+                         const std::string& path, ClusterInfo* info, ClusterInfo::Transport* out);
   // The type of a transport socket's typed_config ("" if none).
   static std::string TransportType(const envoy::config::core::v3::TransportSocket& ts);
   const BuildOptions& options_;
@@ -342,12 +343,22 @@ void Builder::BuildCluster(const Cluster& c, const std::string& path, ServerConf
   }
   if (c.has_http2_protocol_options()) info->http2 = true;
   if (c.has_transport_socket()) {
-    UpstreamTransport(c.transport_socket(), path + ".transport_socket", info.get());
+    UpstreamTransport(c.transport_socket(), path + ".transport_socket", info.get(),
+                      &info->transport);
   }
-  if (c.transport_socket_matches_size() > 0) {
-    Error(path + ".transport_socket_matches",
-          "choosing the transport socket by endpoint metadata is not implemented yet (traffic "
-          "would go out with the wrong transport); use transport_socket");
+  for (int i = 0; i < c.transport_socket_matches_size(); ++i) {
+    const auto& m = c.transport_socket_matches(i);
+    std::string mp = absl::StrCat(path, ".transport_socket_matches[", i, "]");
+    ClusterInfo::Transport t;
+    t.name = m.name();
+    if (m.name().empty()) Error(mp + ".name", "is required");
+    for (const auto& [key, value] : m.match().fields()) t.match[key] = value.SerializeAsString();
+    if (!m.has_transport_socket()) {
+      Error(mp + ".transport_socket", "is required");
+      continue;
+    }
+    UpstreamTransport(m.transport_socket(), mp + ".transport_socket", info.get(), &t);
+    info->transport_matches.push_back(std::move(t));
   }
   if (info->max_response_headers_count == 0) {
     Error(path + ".common_http_protocol_options.max_headers_count", "must be positive");
@@ -421,6 +432,12 @@ void Builder::BuildHosts(const envoy::config::endpoint::v3::ClusterLoadAssignmen
       h->address = a;
       h->hostname = lbe.endpoint().hostname();
       h->weight = weight;
+      auto md = lbe.metadata().filter_metadata().find("envoy.transport_socket_match");
+      if (md != lbe.metadata().filter_metadata().end()) {
+        for (const auto& [key, value] : md->second.fields()) {
+          h->transport_socket_match[key] = value.SerializeAsString();
+        }
+      }
       hosts->push_back(std::move(h));
     }
   }
@@ -702,7 +719,8 @@ std::string Builder::TransportType(const envoy::config::core::v3::TransportSocke
 }
 
 bool Builder::UpstreamTransport(const envoy::config::core::v3::TransportSocket& ts,
-                                const std::string& path, ClusterInfo* info) {
+                                const std::string& path, ClusterInfo* info,
+                                ClusterInfo::Transport* out) {
   std::string type = TransportType(ts);
   if (type == kRawBufferType ||
       (type.empty() && ts.name() == "envoy.transport_sockets.raw_buffer")) {
@@ -720,11 +738,11 @@ bool Builder::UpstreamTransport(const envoy::config::core::v3::TransportSocket& 
     Error(path + ".typed_config", "cannot decode the UpstreamTlsContext");
     return false;
   }
-  info->tls_required = true;
+  out->tls_required = true;
   TlsContextOptions o;
   std::vector<std::string> tls_errors;
   SecretSources secrets{&options_.secrets, &options_.sds_secrets, &info->sds_secrets};
-  if (!UpstreamTlsOptions(ctx, path + ".typed_config", &secrets, &o, &info->sni, &tls_errors)) {
+  if (!UpstreamTlsOptions(ctx, path + ".typed_config", &secrets, &o, &out->sni, &tls_errors)) {
     for (const auto& e : tls_errors) errors_->push_back(absl::StrCat(options_.source, ": ", e));
     return false;
   }
@@ -740,7 +758,7 @@ bool Builder::UpstreamTransport(const envoy::config::core::v3::TransportSocket& 
     errors_->push_back(absl::StrCat(options_.source, ": ", context.status().message()));
     return false;
   }
-  info->tls = *context;
+  out->tls = *context;
   return true;
 }
 
@@ -1052,7 +1070,8 @@ bool BuildServerConfig(const envoy::config::bootstrap::v3::Bootstrap& bootstrap,
       b.Error("dynamic_resources.ads_config",
               absl::StrCat("cluster '", out->xds.cluster,
                            "' is the xDS cluster, so its endpoints cannot come from EDS"));
-    } else if (it->second.info->tls_required) {
+    } else if (it->second.info->transport.tls_required ||
+               !it->second.info->transport_matches.empty()) {
       b.Error("dynamic_resources.ads_config",
               absl::StrCat("cluster '", out->xds.cluster,
                            "': TLS to the xDS server is not implemented yet (the stream would go "

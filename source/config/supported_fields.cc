@@ -339,6 +339,10 @@ const std::set<std::string>& Supported() {
       "envoy.config.cluster.v3.Cluster.dns_refresh_rate",
       "envoy.config.cluster.v3.Cluster.metadata",
       "envoy.config.cluster.v3.Cluster.transport_socket",
+      "envoy.config.cluster.v3.Cluster.transport_socket_matches",
+      "envoy.config.cluster.v3.Cluster.TransportSocketMatch.name",
+      "envoy.config.cluster.v3.Cluster.TransportSocketMatch.match",
+      "envoy.config.cluster.v3.Cluster.TransportSocketMatch.transport_socket",
       "envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext.common_tls_context",
       "envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext.sni",
       "envoy.config.cluster.v3.CircuitBreakers.thresholds",
@@ -359,6 +363,7 @@ const std::set<std::string>& Supported() {
       "envoy.config.endpoint.v3.Endpoint.hostname",
       "envoy.extensions.upstreams.http.v3.HttpProtocolOptions.common_http_protocol_options",
       "envoy.extensions.upstreams.http.v3.HttpProtocolOptions.explicit_http_config",
+      "envoy.extensions.upstreams.http.v3.HttpProtocolOptions.upstream_http_protocol_options",
       "envoy.extensions.upstreams.http.v3.HttpProtocolOptions.ExplicitHttpConfig."
       "http_protocol_options",
   };
@@ -367,9 +372,9 @@ const std::set<std::string>& Supported() {
 
 // Why a well-known unsupported field is refused, where a plain "not supported" would not help.
 std::string Hint(const std::string& full) {
-  if (full == "envoy.config.cluster.v3.Cluster.transport_socket_matches") {
-    return " (choosing the transport socket by endpoint metadata is not implemented yet: "
-           "traffic would go out with the wrong transport)";
+  if (full == "envoy.config.core.v3.UpstreamHttpProtocolOptions.auto_sni" ||
+      full == "envoy.config.core.v3.UpstreamHttpProtocolOptions.auto_san_validation") {
+    return " (not implemented yet: set UpstreamTlsContext.sni and match_typed_subject_alt_names)";
   }
   if (full == "envoy.config.route.v3.RouteAction.retry_policy" ||
       full == "envoy.config.route.v3.VirtualHost.retry_policy") {

@@ -150,7 +150,7 @@ std::string Admin::StatsText() const {
     RPX_CLUSTER_STAT(upstream_rq_3xx)
     RPX_CLUSTER_STAT(upstream_rq_4xx)
     RPX_CLUSTER_STAT(upstream_rq_5xx)
-    if (c.tls) {
+    if (c.transport.tls_required || !c.transport_matches.empty()) {
       auto sum = [&](Counter ClusterStats::*field) {
         int64_t total = 0;
         for (uint32_t i = 0; i < n; ++i) total += (s[i].*field).Value();

@@ -343,7 +343,7 @@ std::string ConfigManager::ApplyEndpoints(const XdsResourceMap& resources,
 
 bool ConfigManager::ClusterReady(const DynCluster& d) {
   const ClusterInfo& info = *d.entry.info;
-  return (!info.eds || d.endpoints_arrived) && !(info.tls_required && !info.tls);
+  return (!info.eds || d.endpoints_arrived) && !info.tls_pending();
 }
 
 void ConfigManager::UpdateWarmth(DynCluster& d) {
@@ -450,8 +450,8 @@ void ConfigManager::ApplySecretChanges(const std::set<std::string>& changed) {
   }
   // Clusters: their ClusterInfo is built again (new pools; the old ones drain), hosts kept.
   auto uses = [&](const ClusterInfo& info) {
-    if (!info.tls_required || info.sds_secrets.empty()) return false;
-    if (!info.tls) return true;
+    if (info.sds_secrets.empty()) return false;
+    if (info.tls_pending()) return true;
     for (const auto& n : info.sds_secrets) {
       if (changed.count(n)) return true;
     }
@@ -467,11 +467,10 @@ void ConfigManager::ApplySecretChanges(const std::set<std::string>& changed) {
       for (const auto& m : errors) RPX_LOG(kError, "%s; the previous TLS context stays", m);
       return;
     }
-    if (entry->info->tls == e.info->tls && e.info->tls_required && !e.info->tls) return;
     e.hosts = entry->hosts;
     *entry = std::move(e);
     RPX_LOG(kInfo, "cluster '%s': TLS context %s from SDS", proto.name(),
-            entry->info->tls ? "updated" : "still waiting for secrets");
+            entry->info->tls_pending() ? "still waiting for secrets" : "updated");
   };
   for (auto& [name, d] : clusters_) {
     if (!uses(*d.entry.info)) continue;
@@ -944,7 +943,7 @@ bool ConfigManager::initialized() const {
   if (config_.xds.lds && !lds_applied_) return false;
   if (!static_eds_waiting_.empty()) return false;
   for (const auto& [name, c] : static_clusters_) {
-    if (c.info->tls_required && !c.info->tls) return false;  // waits for its SDS secrets
+    if (c.info->tls_pending()) return false;  // waits for its SDS secrets
   }
   for (const auto& [name, d] : clusters_) {
     if (!d.warm) return false;

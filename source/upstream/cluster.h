@@ -25,6 +25,9 @@ struct Host {
   SocketAddress address;
   std::string hostname;  // what auto_host_rewrite sends as Host (the DNS name, or empty)
   uint32_t weight = 1;
+  // The endpoint's metadata under "envoy.transport_socket_match": key -> the value's
+  // serialized google.protobuf.Value (compared as bytes).
+  std::map<std::string, std::string> transport_socket_match;
 };
 using HostSet = std::vector<std::shared_ptr<const Host>>;
 
@@ -136,11 +139,38 @@ struct ClusterInfo {
   std::optional<SocketAddress> source_address;
   SocketOptions socket_options;
   // transport_socket envoy.transport_sockets.tls (UpstreamTlsContext). With tls_required and no
-  // tls, the context waits for SDS secrets (sds_secrets): connections fail, never in cleartext.
-  bool tls_required = false;
-  std::shared_ptr<const TlsContext> tls;
-  std::vector<std::string> sds_secrets;
-  std::string sni;  // UpstreamTlsContext.sni; empty: no server name sent
+  // tls, the context waits for SDS secrets: connections fail, never in cleartext.
+  struct Transport {
+    std::string name;  // transport_socket_matches[].name (empty: the cluster's transport_socket)
+    std::map<std::string, std::string> match;  // as Host::transport_socket_match; empty: any
+    bool tls_required = false;
+    std::shared_ptr<const TlsContext> tls;
+    std::string sni;  // UpstreamTlsContext.sni; empty: no server name sent
+    bool pending() const { return tls_required && !tls; }
+  };
+  Transport transport;                       // transport_socket
+  std::vector<Transport> transport_matches;  // transport_socket_matches, first match wins
+  std::vector<std::string> sds_secrets;      // SDS names every transport here uses
+  // The transport for `host`: the first of transport_matches whose every key is in the host's
+  // metadata with the same value, else `transport`.
+  const Transport& TransportFor(const Host& host) const {
+    for (const auto& t : transport_matches) {
+      bool all = true;
+      for (const auto& [k, v] : t.match) {
+        auto it = host.transport_socket_match.find(k);
+        all &= it != host.transport_socket_match.end() && it->second == v;
+      }
+      if (all) return t;
+    }
+    return transport;
+  }
+  bool tls_pending() const {
+    if (transport.pending()) return true;
+    for (const auto& t : transport_matches) {
+      if (t.pending()) return true;
+    }
+    return false;
+  }
   std::shared_ptr<ClusterResources> resources;
   // One stats block per worker, indexed by worker index (plus one for the main thread).
   std::unique_ptr<ClusterStats[]> stats;

@@ -386,7 +386,11 @@ void UpstreamClient::Fail(UpstreamResetReason reason, const std::string& detail)
 
 ConnPool::ConnPool(Dispatcher& dispatcher, std::shared_ptr<const ClusterInfo> cluster,
                    std::shared_ptr<const Host> host, ClusterStats& stats)
-    : dispatcher_(dispatcher), cluster_(std::move(cluster)), host_(std::move(host)), stats_(stats) {
+    : dispatcher_(dispatcher),
+      cluster_(std::move(cluster)),
+      host_(std::move(host)),
+      stats_(stats),
+      transport_(cluster_->TransportFor(*host_)) {
   retry_timer_ = dispatcher_.CreateTimer([this] {
     // A starved pool stays starved (keeping its claim on the next free slot) until it gets a
     // connection or has nothing left to wait for.
@@ -476,7 +480,7 @@ bool ConnPool::TryCreateConnection() {
     }
   }
   SetStarved(false);
-  if (cluster_->tls_required && !cluster_->tls) {
+  if (transport_.pending()) {
     // The TLS context waits for SDS secrets: fail rather than connect in cleartext.
     cluster_->resources->ReleaseConnection();
     deferred_error_ = "TLS secrets for this cluster have not arrived (SDS)";
@@ -506,10 +510,10 @@ bool ConnPool::TryCreateConnection() {
     retry_timer_->Enable(0);
     return false;
   }
-  if (cluster_->tls) {
+  if (transport_.tls) {
     // The pool's connect timeout covers the TLS handshake too.
-    conn->SetTransport(std::make_unique<TlsTransport>(cluster_->tls, cluster_->sni, &tls_session_),
-                       0);
+    conn->SetTransport(
+        std::make_unique<TlsTransport>(transport_.tls, transport_.sni, &tls_session_), 0);
   }
   auto* c = new UpstreamClient(*this, std::move(conn));
   connecting_.push_back(c);

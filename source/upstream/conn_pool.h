@@ -174,6 +174,9 @@ class ConnPool {
   std::shared_ptr<const ClusterInfo> cluster_;
   std::shared_ptr<const Host> host_;
   ClusterStats& stats_;
+  // How this host is spoken to (the cluster's transport_socket, or a transport_socket_matches
+  // entry chosen by the host's metadata).
+  const ClusterInfo::Transport& transport_;
   std::list<UpstreamClient*> idle_, busy_, connecting_;  // owned (deleted via the dispatcher)
   std::list<std::unique_ptr<Pending>> pending_;
   std::unique_ptr<Timer> retry_timer_;

@@ -37,7 +37,10 @@ void WorkerCluster::Update(const ClusterEntry& entry) {
     HostPool hp{host, nullptr};
     if (!settings_changed) {
       for (auto& old : pools_) {
-        if (old.pool && old.host->address == host->address) {
+        // Same address and the same transport-selecting metadata: the pool (and its idle
+        // connections) stays.
+        if (old.pool && old.host->address == host->address &&
+            old.host->transport_socket_match == host->transport_socket_match) {
           hp.pool = std::move(old.pool);
           break;
         }

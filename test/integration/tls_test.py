@@ -426,6 +426,33 @@ class UpstreamTlsTest(IntegrationTestCase):
         self.assertEqual(r.status, 200, r)
         self.assertIn(b"client=CN=rpx", r.body)
 
+    def test_transport_socket_matches_choose_by_endpoint_metadata(self):
+        """Istio's pattern: endpoints labelled tlsMode=istio get TLS, the others cleartext."""
+        self.start_origin()
+        plain = self.start_echo("plain")
+        self.port = free_port()
+        c = cluster("mixed", [plain.port, self.origin_port])
+        c["load_assignment"]["endpoints"][0]["lb_endpoints"][1]["metadata"] = {
+            "filter_metadata": {"envoy.transport_socket_match": {"tlsMode": "istio"}}}
+        tls = {"name": "envoy.transport_sockets.tls", "typed_config": dict(
+            {"@type": UPSTREAM_TLS_TYPE}, **self.verified())}
+        c["transport_socket_matches"] = [
+            {"name": "mtls", "match": {"tlsMode": "istio"}, "transport_socket": tls},
+            {"name": "plain", "match": {}, "transport_socket": {
+                "name": "envoy.transport_sockets.raw_buffer", "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.transport_sockets.raw_buffer."
+                             "v3.RawBuffer"}}}]
+        self.proxy = self.start_rpx(bootstrap([http_listener("l", self.port, [
+            virtual_host("all", ["*"], [route("/", "mixed")])])], [c]))
+        answers = set()
+        for _ in range(4):
+            r = self.get()
+            self.assertEqual(r.status, 200, r)
+            answers.add("origin" if r.body.startswith(b"sni=origin.example.com") else
+                        r.json()["server"])
+        self.assertEqual(answers, {"origin", "plain"})
+        self.assertGreaterEqual(self.proxy.stat("cluster.mixed.ssl.handshake"), 1)
+
     def test_cleartext_origin_behind_a_tls_cluster_fails_cleanly(self):
         up = self.start_echo("plain")
         self.origin_port = up.port
