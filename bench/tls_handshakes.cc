@@ -1,7 +1,7 @@
 // tls_handshakes: a load generator that opens a new TLS connection for every request, for
 // bench/run.sh's handshake rows (tls-full-*, tls-resume-*).
 //
-//   tls_handshakes [-c CONNS] [-d SECONDS] [--resume] [--timeout SECONDS] [--sni NAME] URL
+//   tls_handshakes [-c CONNS] [-d SECONDS] [--resume] [--tls12] [--timeout SECONDS] [--sni NAME] URL
 //   URL = https://127.0.0.1:PORT/PATH
 //
 // CONNS connections are in flight at all times. Each one connects, completes a TLS handshake,
@@ -11,6 +11,8 @@
 // one (no session is ever offered, like a new client); with --resume each of the CONNS slots
 // offers the newest session its previous connection was given (a TLS 1.3 ticket, or a TLS 1.2
 // ticket / session ID), like a returning client; the first connection of each slot is full.
+// --tls12 offers TLS 1.2 at most (OpenSSL's default client offers 1.3): a TLS 1.2 resumption
+// skips the key exchange, where a TLS 1.3 one (psk_dhe_ke, all OpenSSL offers) does a new one.
 // Certificates are not verified (as wrk does), but the handshake's signature is checked, as
 // OpenSSL always does, so a full handshake costs this client an ECDSA or RSA verification.
 //
@@ -77,6 +79,7 @@ struct Options {
   int conns = 50;
   double seconds = 10;
   bool resume = false;
+  bool tls12 = false;
   double timeout_s = 10;
   std::string sni = "localhost";
   std::string url, host = "127.0.0.1", path = "/";
@@ -319,7 +322,7 @@ std::string FormatBytes(double b) {
 [[noreturn]] void Usage(const char* why) {
   fprintf(stderr,
           "tls_handshakes: %s\nusage: tls_handshakes [-c CONNS] [-d SECONDS] [--resume] "
-          "[--timeout SECONDS] [--sni NAME] https://127.0.0.1:PORT/PATH\n",
+          "[--tls12] [--timeout SECONDS] [--sni NAME] https://127.0.0.1:PORT/PATH\n",
           why);
   exit(2);
 }
@@ -335,10 +338,16 @@ void ParseArgs(int argc, char** argv) {
       g_opt.conns = atoi(value().c_str());
     } else if (a == "-d") {
       std::string v = value();
-      g_opt.seconds = atof(v.c_str());  // "10" or "10s"
-      if (!v.empty() && v.back() == 'm') g_opt.seconds *= 60;
+      g_opt.seconds = atof(v.c_str());  // "10", "10s", "500ms" or "1m"
+      if (v.size() > 2 && v.compare(v.size() - 2, 2, "ms") == 0) {
+        g_opt.seconds /= 1000;
+      } else if (!v.empty() && v.back() == 'm') {
+        g_opt.seconds *= 60;
+      }
     } else if (a == "--resume") {
       g_opt.resume = true;
+    } else if (a == "--tls12") {
+      g_opt.tls12 = true;
     } else if (a == "--timeout") {
       g_opt.timeout_s = atof(value().c_str());
     } else if (a == "--sni") {
@@ -372,6 +381,7 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
   g_ctx = SSL_CTX_new(TLS_client_method());
   SSL_CTX_set_verify(g_ctx, SSL_VERIFY_NONE, nullptr);
+  if (g_opt.tls12) SSL_CTX_set_max_proto_version(g_ctx, TLS1_2_VERSION);
   // Sessions are kept per slot by hand (--resume) and never otherwise.
   SSL_CTX_set_session_cache_mode(g_ctx, SSL_SESS_CACHE_OFF);
   static const unsigned char kAlpn[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
