@@ -498,6 +498,29 @@ bool Builder::BuildHttp(const HttpConnectionManager& hcm, const std::string& pat
   http->skip_xff_append = hcm.skip_xff_append();
   http->generate_request_id = !hcm.has_generate_request_id() || hcm.generate_request_id().value();
   if (!hcm.server_name().empty()) http->server_name = hcm.server_name();
+  using FCC = HttpConfig::ForwardClientCert;
+  switch (hcm.forward_client_cert_details()) {
+    case HCM::FORWARD_ONLY:
+      http->forward_client_cert = FCC::kForwardOnly;
+      break;
+    case HCM::APPEND_FORWARD:
+      http->forward_client_cert = FCC::kAppendForward;
+      break;
+    case HCM::SANITIZE_SET:
+      http->forward_client_cert = FCC::kSanitizeSet;
+      break;
+    case HCM::ALWAYS_FORWARD_ONLY:
+      http->forward_client_cert = FCC::kAlwaysForwardOnly;
+      break;
+    default:
+      break;
+  }
+  const auto& details = hcm.set_current_client_cert_details();
+  http->client_cert_details.subject = details.has_subject() && details.subject().value();
+  http->client_cert_details.cert = details.cert();
+  http->client_cert_details.chain = details.chain();
+  http->client_cert_details.dns = details.dns();
+  http->client_cert_details.uri = details.uri();
   switch (hcm.server_header_transformation()) {
     case HCM::OVERWRITE:
       http->server_header = HttpConfig::ServerHeader::kOverwrite;

@@ -234,6 +234,20 @@ const std::set<std::string>& Supported() {
       "generate_request_id",
       "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager."
       "preserve_external_request_id",
+      "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager."
+      "forward_client_cert_details",
+      "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager."
+      "set_current_client_cert_details",
+      "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager."
+      "SetCurrentClientCertDetails.subject",
+      "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager."
+      "SetCurrentClientCertDetails.cert",
+      "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager."
+      "SetCurrentClientCertDetails.chain",
+      "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager."
+      "SetCurrentClientCertDetails.dns",
+      "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager."
+      "SetCurrentClientCertDetails.uri",
       "envoy.extensions.filters.network.http_connection_manager.v3.HttpFilter.name",
       "envoy.extensions.filters.network.http_connection_manager.v3.HttpFilter.typed_config",
       "envoy.extensions.filters.http.router.v3.Router.dynamic_stats",

@@ -49,6 +49,20 @@ struct HttpConfig {
   bool generate_request_id = true;
   std::string server_name = "rpx";
   ServerHeader server_header = ServerHeader::kOverwrite;
+  // x-forwarded-client-cert (Envoy's forward_client_cert_details and
+  // set_current_client_cert_details): by default a client's header is removed, so no client can
+  // claim an identity; with mTLS it may be kept, appended to or replaced.
+  enum class ForwardClientCert {
+    kSanitize,
+    kForwardOnly,
+    kAppendForward,
+    kSanitizeSet,
+    kAlwaysForwardOnly
+  };
+  ForwardClientCert forward_client_cert = ForwardClientCert::kSanitize;
+  struct {
+    bool subject = false, cert = false, chain = false, dns = false, uri = false;
+  } client_cert_details;
   // upgrade_configs: protocols (lower case) this listener may tunnel after a 101, and whether
   // they are on by default (a route may turn one on or off, but not add one).
   struct Upgrade {

@@ -554,6 +554,12 @@ void ServerConnection::Close(bool flush) {
   OnClosed();
 }
 
+bool ServerConnection::PeerCertificate(PeerCertificateInfo* out) const {
+  // Only TLS connections have a transport other than the raw one, and it is a TlsTransport.
+  if (conn_->plaintext()) return false;
+  return static_cast<const TlsTransport&>(conn_->transport()).PeerCertificate(out);
+}
+
 void ServerConnection::OnEvent(ConnectionEvent event) {
   if (event == ConnectionEvent::kConnected) {
     OnTransportConnected();

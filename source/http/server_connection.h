@@ -55,6 +55,7 @@ class ServerConnection : public ConnectionCallbacks,
   bool response_started() const override { return response_started_; }
   std::string remote_ip() const override;
   bool is_tls() const override { return !conn_->plaintext(); }
+  bool PeerCertificate(PeerCertificateInfo* out) const override;
 
  protected:
   // Runs once when the connection closes (the owner then defer-deletes it); not on destruction.

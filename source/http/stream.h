@@ -18,6 +18,7 @@
 #include "source/event/dispatcher.h"
 #include "source/http/headers.h"
 #include "source/network/address.h"
+#include "source/tls/tls_transport.h"
 
 namespace rpx {
 
@@ -47,6 +48,8 @@ class ResponseEncoder {
   virtual bool response_started() const = 0;
   virtual std::string remote_ip() const = 0;  // the client's address, without the port
   virtual bool is_tls() const = 0;
+  // The client's TLS certificate (mTLS); false when there is none.
+  virtual bool PeerCertificate(PeerCertificateInfo* out) const { return false; }
 };
 
 class StreamHandler : public DeferredDeletable {

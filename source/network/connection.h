@@ -105,6 +105,7 @@ class Connection : public DeferredDeletable, public Flushable {
   // connecting), and so does one not done within `handshake_timeout_ms` (0: no limit).
   void SetTransport(std::unique_ptr<TransportSocket> transport, uint64_t handshake_timeout_ms);
   TransportSocket& transport() { return *transport_; }
+  const TransportSocket& transport() const { return *transport_; }
   bool handshaking() const { return handshaking_; }
   // The handshake did not finish in time (then it closed with kRemoteClose).
   bool handshake_timed_out() const { return handshake_timed_out_; }

@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "source/common/free_blocks.h"
 #include "source/common/logger.h"
@@ -40,6 +41,8 @@ class RouterStream final : public StreamHandler, public PoolCallbacks, public Re
 
  private:
   void RewriteRequest(RequestHead& head, const VirtualHostEntry& vh, const WeightedTarget* wt);
+  // x-forwarded-client-cert as the connection manager's settings say.
+  void ForwardClientCert(const HttpConfig& config, HeaderMap& h);
   void StartRouteTimer();
   void OnRouteTimeout();
   void LocalReply(int status, std::string_view body);
@@ -191,6 +194,7 @@ void RouterStream::RewriteRequest(RequestHead& head, const VirtualHostEntry& vh,
   if (config.use_remote_address || !h.Get("x-forwarded-proto")) {
     h.Set("x-forwarded-proto", proto);
   }
+  ForwardClientCert(config, h);
   if (config.generate_request_id && !h.Get("x-request-id")) {
     char id[Random::kUuidSize];
     router_.random().Uuid(id);
@@ -412,6 +416,60 @@ bool IsHopByHopOrFraming(std::string_view n, std::string_view value) {
   }
 }
 }  // namespace
+
+namespace {
+
+// Percent-encodes all but RFC 3986's unreserved characters (Envoy's Cert= and Chain= values).
+std::string UrlEncode(std::string_view s) {
+  static const char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(s.size() * 3 / 2);
+  for (unsigned char c : s) {
+    if (absl::ascii_isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 0xf];
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void RouterStream::ForwardClientCert(const HttpConfig& config, HeaderMap& h) {
+  using FCC = HttpConfig::ForwardClientCert;
+  if (config.forward_client_cert == FCC::kAlwaysForwardOnly) return;
+  PeerCertificateInfo cert;
+  // Only a client that proved its identity (mTLS) may have its header kept or get one.
+  if (config.forward_client_cert == FCC::kSanitize || !encoder_.PeerCertificate(&cert)) {
+    h.Remove("x-forwarded-client-cert");
+    return;
+  }
+  if (config.forward_client_cert == FCC::kForwardOnly) return;
+  // One element, in Envoy's order: By, Hash, Cert, Chain, Subject, URI, DNS.
+  std::string e;
+  if (!cert.local_uri.empty()) absl::StrAppend(&e, "By=", cert.local_uri, ";");
+  absl::StrAppend(&e, "Hash=", cert.hash);
+  const auto& d = config.client_cert_details;
+  if (d.cert) absl::StrAppend(&e, ";Cert=\"", UrlEncode(cert.cert_pem), "\"");
+  if (d.chain) absl::StrAppend(&e, ";Chain=\"", UrlEncode(cert.chain_pem), "\"");
+  if (d.subject) absl::StrAppend(&e, ";Subject=\"", cert.subject, "\"");
+  if (d.uri) {
+    for (const auto& u : cert.uris) absl::StrAppend(&e, ";URI=", u);
+  }
+  if (d.dns) {
+    for (const auto& n : cert.dns) absl::StrAppend(&e, ";DNS=", n);
+  }
+  auto existing = h.Get("x-forwarded-client-cert");
+  if (config.forward_client_cert == FCC::kAppendForward && existing && !existing->empty()) {
+    std::string joined(existing->data(), existing->size());
+    h.Set("x-forwarded-client-cert", joined.append(",").append(e));
+  } else {
+    h.Set("x-forwarded-client-cert", e);
+  }
+}
 
 void RemoveHopByHopHeaders(HeaderMap& headers) {
   // One pass drops the fixed names. Names listed in Connection are hop-by-hop too, but Connection

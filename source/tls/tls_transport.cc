@@ -1,7 +1,9 @@
 #include "source/tls/tls_transport.h"
 
 #include <openssl/err.h>
+#include <openssl/pem.h>
 #include <openssl/x509.h>
+#include <openssl/x509v3.h>
 
 #include <cerrno>
 #include <climits>
@@ -172,6 +174,77 @@ std::string TlsTransport::version() const { return SSL_get_version(ssl_); }
 std::string TlsTransport::cipher() const {
   const SSL_CIPHER* c = SSL_get_current_cipher(ssl_);
   return c ? SSL_CIPHER_get_name(c) : "";
+}
+
+namespace {
+
+std::string Pem(X509* x) {
+  BIO* b = BIO_new(BIO_s_mem());
+  PEM_write_bio_X509(b, x);
+  char* p = nullptr;
+  long n = BIO_get_mem_data(b, &p);
+  std::string s(p, n);
+  BIO_free(b);
+  return s;
+}
+
+void Sans(X509* x, std::vector<std::string>* uris, std::vector<std::string>* dns) {
+  auto* names =
+      static_cast<GENERAL_NAMES*>(X509_get_ext_d2i(x, NID_subject_alt_name, nullptr, nullptr));
+  if (!names) return;
+  for (int i = 0; i < sk_GENERAL_NAME_num(names); ++i) {
+    const GENERAL_NAME* n = sk_GENERAL_NAME_value(names, i);
+    if (n->type == GEN_URI && uris) {
+      uris->emplace_back(
+          reinterpret_cast<const char*>(ASN1_STRING_get0_data(n->d.uniformResourceIdentifier)),
+          ASN1_STRING_length(n->d.uniformResourceIdentifier));
+    } else if (n->type == GEN_DNS && dns) {
+      dns->emplace_back(reinterpret_cast<const char*>(ASN1_STRING_get0_data(n->d.dNSName)),
+                        ASN1_STRING_length(n->d.dNSName));
+    }
+  }
+  GENERAL_NAMES_free(names);
+}
+
+}  // namespace
+
+bool TlsTransport::PeerCertificate(PeerCertificateInfo* out) const {
+  X509* peer = SSL_get0_peer_certificate(ssl_);
+  if (!peer) return false;
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  X509_digest(peer, EVP_sha256(), md, &len);
+  static const char kHex[] = "0123456789abcdef";
+  out->hash.clear();
+  for (unsigned int i = 0; i < len; ++i) {
+    out->hash += kHex[md[i] >> 4];
+    out->hash += kHex[md[i] & 0xf];
+  }
+  BIO* b = BIO_new(BIO_s_mem());
+  X509_NAME_print_ex(b, X509_get_subject_name(peer), 0, XN_FLAG_RFC2253);
+  char* p = nullptr;
+  long n = BIO_get_mem_data(b, &p);
+  out->subject.assign(p, n);
+  BIO_free(b);
+  out->cert_pem = Pem(peer);
+  out->chain_pem = out->cert_pem;
+  if (STACK_OF(X509)* chain = SSL_get_peer_cert_chain(ssl_)) {
+    // On a server the stack holds the chain without the leaf.
+    for (int i = 0; i < sk_X509_num(chain); ++i) {
+      X509* x = sk_X509_value(chain, i);
+      if (X509_cmp(x, peer) != 0) out->chain_pem += Pem(x);
+    }
+  }
+  out->uris.clear();
+  out->dns.clear();
+  Sans(peer, &out->uris, &out->dns);
+  out->local_uri.clear();
+  if (X509* local = SSL_get_certificate(ssl_)) {
+    std::vector<std::string> uris;
+    Sans(local, &uris, nullptr);
+    if (!uris.empty()) out->local_uri = uris.front();
+  }
+  return true;
 }
 
 bool TlsTransport::has_peer_certificate() const {

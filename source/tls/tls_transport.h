@@ -9,11 +9,22 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "source/network/connection.h"
 #include "source/tls/tls_context.h"
 
 namespace rpx {
+
+// What the peer's certificate says, for headers such as x-forwarded-client-cert.
+struct PeerCertificateInfo {
+  std::string hash;                    // SHA-256 of the DER encoding, lower-case hex
+  std::string subject;                 // RFC 2253, e.g. "CN=client,O=Example"
+  std::string cert_pem;                // the leaf
+  std::string chain_pem;               // the leaf and the chain it sent
+  std::vector<std::string> uris, dns;  // subject alternative names
+  std::string local_uri;               // the first URI SAN of our own certificate ("By")
+};
 
 class TlsTransport : public TransportSocket {
  public:
@@ -42,6 +53,8 @@ class TlsTransport : public TransportSocket {
   std::string version() const;      // "TLSv1.3"
   std::string cipher() const;
   bool has_peer_certificate() const;
+  // False when the peer sent no certificate.
+  bool PeerCertificate(PeerCertificateInfo* out) const;
   // A new reference to the session, to offer on the next connection to the same host.
   SSL_SESSION* Session() const { return SSL_get1_session(ssl_); }
   // OpenSSL's new-session callback of client contexts (see session_slot).

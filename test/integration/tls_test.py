@@ -55,14 +55,14 @@ class TlsTest(IntegrationTestCase):
         cls.pki.cleanup()
         cls.other_pki.cleanup()
 
-    def start(self, chains, listener_extra=None, cluster_name="echo"):
+    def start(self, chains, listener_extra=None, cluster_name="echo", hcm_extra=None):
         """rpx with one listener whose filter chains are `chains` (each a dict with optional
         "match", "tls" (a transport_socket), "name", "default": True for the default chain),
         all routing to an echo upstream."""
         self.up = self.start_echo("up")
         self.port = free_port()
         base = http_listener("tls", self.port, [virtual_host("all", ["*"], [
-            route("/", cluster_name)])])
+            route("/", cluster_name)])], hcm_extra=hcm_extra)
         chain0 = base["filter_chains"][0]
         listener = dict(base)
         listener["filter_chains"] = []
@@ -304,6 +304,47 @@ class TlsTest(IntegrationTestCase):
         self.assertEqual(self.up.request_count(), 1)
         prefix = "listener.127.0.0.1_%d." % self.port
         self.assertGreaterEqual(self.proxy.stat(prefix + "ssl.connection_error"), 3)
+
+    def test_x_forwarded_client_cert(self):
+        validation = {"validation_context": {"trusted_ca": {"filename": self.pki.ca}}}
+        tls = downstream_tls([self.certs["a.example.com"]], extra={
+            "require_client_certificate": True}, common_extra=validation)
+        spoof = ("x-forwarded-client-cert", "By=spiffe://evil;Hash=00;Subject=\"CN=admin\"")
+        fingerprint = subprocess.run(
+            ["openssl", "x509", "-in", self.client[0], "-noout", "-fingerprint", "-sha256"],
+            capture_output=True, check=True).stdout.decode()
+        digest = fingerprint.split("=", 1)[1].strip().replace(":", "").lower()
+
+        def seen(mode, details=None):
+            extra = {"forward_client_cert_details": mode}
+            if details:
+                extra["set_current_client_cert_details"] = details
+            self.start([{"tls": tls}], hcm_extra=extra)
+            r = self.curl_https("a.example.com", "--cert", self.client[0], "--key",
+                                self.client[1], "-H", "%s: %s" % spoof)
+            self.assertEqual(r.status, 200, r)
+            self.proxy.cleanup()
+            return [v for k, v in r.json()["headers"] if k == "x-forwarded-client-cert"]
+
+        # SANITIZE (the default): the client's header never reaches the upstream.
+        self.assertEqual(seen("SANITIZE"), [])
+        self.assertEqual(seen("FORWARD_ONLY"), [spoof[1]])
+        mine = 'Hash=%s;Subject="CN=client";URI=spiffe://rpx/client' % digest
+        details = {"subject": True, "uri": True}
+        self.assertEqual(seen("SANITIZE_SET", details), [mine])
+        self.assertEqual(seen("APPEND_FORWARD", details), [spoof[1] + "," + mine])
+        self.assertEqual(seen("ALWAYS_FORWARD_ONLY"), [spoof[1]])
+        cert = seen("SANITIZE_SET", {"cert": True})[0]
+        self.assertTrue(cert.startswith('Hash=%s;Cert="-----BEGIN%%20CERTIFICATE-----%%0A' %
+                                        digest), cert)
+
+    def test_x_forwarded_client_cert_is_removed_without_mtls(self):
+        # Even with FORWARD_ONLY, a connection without a client certificate cannot pass one on.
+        self.start([{"tls": downstream_tls([self.certs["a.example.com"]])}],
+                   hcm_extra={"forward_client_cert_details": "FORWARD_ONLY"})
+        r = self.curl_https("a.example.com", "-H", "x-forwarded-client-cert: Hash=00")
+        self.assertEqual(r.status, 200, r)
+        self.assertNotIn("x-forwarded-client-cert", [k for k, v in r.json()["headers"]])
 
     def test_sslscan_finds_nothing_weak(self):
         """An external scanner as a second opinion (Debian's sslscan)."""
