@@ -14,8 +14,9 @@ import time
 import unittest
 
 from harness import (TLS_INSPECTOR, UPSTREAM_TLS_TYPE, IntegrationTestCase, TestPki, bootstrap,
-                     cluster, curl, downstream_tls, free_port, http_listener, route,
-                     tls_certificate, tls_chain, virtual_host, wait_until)
+                     cluster, curl, downstream_tls, free_port, http_listener, make_tmpdir,
+                     remove_tmpdir, repo_file, route, tls_certificate, tls_chain, virtual_host,
+                     wait_until)
 
 HOSTS = ("a.example.com", "b.example.com")
 # What s_client sends: a request, so it reads on until the close (and takes TLS 1.3 tickets).
@@ -502,6 +503,84 @@ class UpstreamTlsTest(IntegrationTestCase):
         self.assertEqual(r.status, 503, r)
         self.assertIn(b"upstream connect error: TLS error:", r.body)
         self.assertEqual(up.request_count(), 0)
+
+
+class TlsWalkthroughTest(IntegrationTestCase):
+    """docs/tls.md's walkthrough, step by step, with configs/tls-terminate.yaml and
+    configs/tls-sds.yaml as checked in (paths and ports rewritten into a temporary place)."""
+
+    def setUp(self):
+        self.dir = make_tmpdir("rpx-it-tls-walk-")
+        self.addCleanup(remove_tmpdir, self.dir)
+        # The walkthrough's certificate commands.
+        script = """
+set -e
+cd "$1"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca.key \
+  -out ca.pem -days 30 -subj "/CN=rpx demo CA"
+for name in a.example.com b.example.com default.example.com origin.example.com; do
+  short=${name%%.*}
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout $short.key \
+    -out $short.csr -subj "/CN=$name"
+  printf "subjectAltName=DNS:%s\n" $name > $short.ext
+  openssl x509 -req -in $short.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 30 \
+    -extfile $short.ext -out $short.pem
+done
+"""
+        r = subprocess.run(["bash", "-c", script, "make-certs", self.dir], capture_output=True,
+                           timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.ports = {p: free_port() for p in (9901, 10443, 8080, 8443, 18000)}
+
+    def config(self, name):
+        with open(repo_file("configs/" + name)) as f:
+            text = f.read()
+        text = text.replace("/tmp/rpx-tls/", self.dir + "/")
+        for old, new in self.ports.items():
+            text, n = re.subn(r"port_value: %d\b" % old, "port_value: %d" % new, text)
+        return text
+
+    def s_client_cn(self, *args):
+        code, out = s_client(self.ports[10443], *args)
+        return peer_cn(out)
+
+    def test_terminate_and_originate(self):
+        service = self.start_echo("service")
+        self.ports[8080] = service.port
+        origin = self.start_listening_process(
+            ["openssl", "s_server", "-accept", "127.0.0.1:%d" % self.ports[8443], "-cert",
+             os.path.join(self.dir, "origin.pem"), "-key", os.path.join(self.dir, "origin.key"),
+             "-www", "-quiet"], [self.ports[8443]], "openssl s_server")
+        proxy = self.start_rpx(self.config("tls-terminate.yaml"), admin_port=self.ports[9901])
+        port = self.ports[10443]
+        r = curl("https://a.example.com:%d/" % port, "--cacert", os.path.join(self.dir, "ca.pem"),
+                 "--resolve", "a.example.com:%d:127.0.0.1" % port, timeout=20)
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(dict(r.json()["headers"])["x-forwarded-proto"], "https")
+        self.assertEqual(self.s_client_cn("-servername", "b.example.com"), "b.example.com")
+        self.assertEqual(self.s_client_cn("-noservername"), "default.example.com")
+        r = curl("https://a.example.com:%d/origin" % port, "--cacert",
+                 os.path.join(self.dir, "ca.pem"), "--resolve", "a.example.com:%d:127.0.0.1" % port,
+                 timeout=20)
+        self.assertEqual(r.status, 200, r)
+        self.assertIn(b"<pre>", r.body)  # s_server's status page
+        self.assertEqual(proxy.stat("cluster.tls_origin.ssl.handshake"), 1)
+
+    def test_rotate_over_sds(self):
+        xds = self.start_xds_server(port=0)
+        self.ports[18000] = xds.port
+
+        def secret(short):
+            return ("secrets:\n- name: server_cert\n  tls_certificate:\n"
+                    "    certificate_chain: {filename: %s/%s.pem}\n"
+                    "    private_key: {filename: %s/%s.key}\n" % (self.dir, short, self.dir, short))
+        mark = xds.write_file("secrets.yaml", secret("a"))
+        self.start_rpx(self.config("tls-sds.yaml"), admin_port=self.ports[9901])
+        xds.wait_ack("SDS", mark, node="rpx-node")
+        self.assertEqual(self.s_client_cn(), "a.example.com")
+        mark = xds.write_file("secrets.yaml", secret("b"))
+        xds.wait_ack("SDS", mark, node="rpx-node")
+        self.assertEqual(self.s_client_cn(), "b.example.com")
 
 
 if __name__ == "__main__":
