@@ -339,6 +339,10 @@ void Builder::BuildCluster(const Cluster& c, const std::string& path, ServerConf
       continue;
     }
     if (opts.has_common_http_protocol_options()) apply_common(opts.common_http_protocol_options());
+    const auto& up = opts.upstream_http_protocol_options();
+    info->auto_sni = up.auto_sni();
+    info->auto_san_validation = up.auto_san_validation();
+    info->override_auto_sni_header = absl::AsciiStrToLower(up.override_auto_sni_header());
     if (opts.explicit_http_config().has_http2_protocol_options()) info->http2 = true;
   }
   if (c.has_http2_protocol_options()) info->http2 = true;
@@ -359,6 +363,13 @@ void Builder::BuildCluster(const Cluster& c, const std::string& path, ServerConf
     }
     UpstreamTransport(m.transport_socket(), mp + ".transport_socket", info.get(), &t);
     info->transport_matches.push_back(std::move(t));
+  }
+  std::string upo = path + ".typed_extension_protocol_options.upstream_http_protocol_options";
+  if (info->auto_san_validation && !info->transport.tls && !info->transport.tls_required) {
+    Error(upo + ".auto_san_validation", "needs a TLS transport_socket");
+  } else if (info->auto_san_validation && info->transport.tls && !info->transport.verifies) {
+    Error(upo + ".auto_san_validation",
+          "needs a validation_context with a trusted_ca to check the certificate against");
   }
   if (info->max_response_headers_count == 0) {
     Error(path + ".common_http_protocol_options.max_headers_count", "must be positive");
@@ -782,6 +793,7 @@ bool Builder::UpstreamTransport(const envoy::config::core::v3::TransportSocket& 
     return false;
   }
   out->tls = *context;
+  out->verifies = !o.validation.trusted_ca.empty();
   return true;
 }
 

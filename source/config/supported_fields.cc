@@ -378,6 +378,9 @@ const std::set<std::string>& Supported() {
       "envoy.extensions.upstreams.http.v3.HttpProtocolOptions.common_http_protocol_options",
       "envoy.extensions.upstreams.http.v3.HttpProtocolOptions.explicit_http_config",
       "envoy.extensions.upstreams.http.v3.HttpProtocolOptions.upstream_http_protocol_options",
+      "envoy.config.core.v3.UpstreamHttpProtocolOptions.auto_sni",
+      "envoy.config.core.v3.UpstreamHttpProtocolOptions.auto_san_validation",
+      "envoy.config.core.v3.UpstreamHttpProtocolOptions.override_auto_sni_header",
       "envoy.extensions.upstreams.http.v3.HttpProtocolOptions.ExplicitHttpConfig."
       "http_protocol_options",
   };
@@ -386,10 +389,6 @@ const std::set<std::string>& Supported() {
 
 // Why a well-known unsupported field is refused, where a plain "not supported" would not help.
 std::string Hint(const std::string& full) {
-  if (full == "envoy.config.core.v3.UpstreamHttpProtocolOptions.auto_sni" ||
-      full == "envoy.config.core.v3.UpstreamHttpProtocolOptions.auto_san_validation") {
-    return " (not implemented yet: set UpstreamTlsContext.sni and match_typed_subject_alt_names)";
-  }
   if (full == "envoy.config.route.v3.RouteAction.retry_policy" ||
       full == "envoy.config.route.v3.VirtualHost.retry_policy") {
     return " (retries are not implemented yet)";

@@ -160,6 +160,25 @@ void RouterStream::OnRequestHeaders(RequestHead& head, bool end_stream) {
   }
   request_resource_ = true;
   RewriteRequest(head, *vhost_, weighted_);
+  if (pool_->cluster().auto_sni) {
+    // The SNI is the host the request now names (after rewrites), or a header's value.
+    const ClusterInfo& info = pool_->cluster();
+    std::string_view sni = head.host;
+    if (!info.override_auto_sni_header.empty()) {
+      if (auto v = head.headers.Get(info.override_auto_sni_header); v && !v->empty()) sni = *v;
+    }
+    if (!sni.empty() && sni.front() == '[') {
+      sni = sni.substr(1, sni.find(']') - 1);  // an IPv6 literal, without brackets and port
+    } else if (size_t colon = sni.rfind(':'); colon != std::string_view::npos) {
+      sni = sni.substr(0, colon);
+    }
+    ConnPool* p = cluster_->PoolForSni(pool_, sni);
+    if (!p) {
+      LocalReply(503, "upstream overflow: too many distinct SNI names in use for this host\n");
+      return;
+    }
+    pool_ = p;
+  }
   if (head.expect_continue) {
     // rpx answers 100-continue itself (as Envoy does by default); the upstream never sees Expect.
     encoder_.Encode100Continue();

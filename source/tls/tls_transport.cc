@@ -21,7 +21,7 @@ int TransportIndex() {
 }  // namespace
 
 TlsTransport::TlsTransport(std::shared_ptr<const TlsContext> context, const std::string& sni,
-                           SSL_SESSION** session_slot)
+                           SSL_SESSION** session_slot, const std::string& verify_name)
     : context_(std::move(context)),
       ssl_(SSL_new(context_->ssl_ctx())),
       session_slot_(session_slot) {
@@ -31,6 +31,13 @@ TlsTransport::TlsTransport(std::shared_ptr<const TlsContext> context, const std:
   } else {
     SSL_set_connect_state(ssl_);
     if (!sni.empty()) SSL_set_tlsext_host_name(ssl_, sni.c_str());
+    if (!verify_name.empty()) {
+      X509_VERIFY_PARAM* param = SSL_get0_param(ssl_);
+      // An IP address is checked against IP SANs, a name against DNS SANs (wildcards allowed).
+      if (X509_VERIFY_PARAM_set1_ip_asc(param, verify_name.c_str()) != 1) {
+        X509_VERIFY_PARAM_set1_host(param, verify_name.c_str(), verify_name.size());
+      }
+    }
     if (session_slot_ && *session_slot_) SSL_set_session(ssl_, *session_slot_);
   }
 }

@@ -32,8 +32,10 @@ class TlsTransport : public TransportSocket {
   // the session offered for resumption, and receives (owning it) each new session the server
   // issues on this connection (TLS 1.3 tickets come after the handshake); it must outlive the
   // connection's reads.
+  // `verify_name`, if set, must be a name (or IP address) the peer's certificate is valid for
+  // (checked with the context's trusted CA).
   TlsTransport(std::shared_ptr<const TlsContext> context, const std::string& sni = "",
-               SSL_SESSION** session_slot = nullptr);
+               SSL_SESSION** session_slot = nullptr, const std::string& verify_name = "");
   ~TlsTransport() override;
 
   // TransportSocket

@@ -145,12 +145,19 @@ struct ClusterInfo {
     std::map<std::string, std::string> match;  // as Host::transport_socket_match; empty: any
     bool tls_required = false;
     std::shared_ptr<const TlsContext> tls;
-    std::string sni;  // UpstreamTlsContext.sni; empty: no server name sent
+    std::string sni;        // UpstreamTlsContext.sni; empty: no server name sent
+    bool verifies = false;  // the context checks the peer against a trusted CA
     bool pending() const { return tls_required && !tls; }
   };
   Transport transport;                       // transport_socket
   std::vector<Transport> transport_matches;  // transport_socket_matches, first match wins
   std::vector<std::string> sds_secrets;      // SDS names every transport here uses
+  // upstream_http_protocol_options: the SNI of a TLS connection is the request's host (or the
+  // value of override_auto_sni_header), so connections are pooled per host and SNI; with
+  // auto_san_validation the upstream's certificate must be valid for that name.
+  bool auto_sni = false;
+  bool auto_san_validation = false;
+  std::string override_auto_sni_header;
   // The transport for `host`: the first of transport_matches whose every key is in the host's
   // metadata with the same value, else `transport`.
   const Transport& TransportFor(const Host& host) const {

@@ -385,12 +385,20 @@ void UpstreamClient::Fail(UpstreamResetReason reason, const std::string& detail)
 }
 
 ConnPool::ConnPool(Dispatcher& dispatcher, std::shared_ptr<const ClusterInfo> cluster,
-                   std::shared_ptr<const Host> host, ClusterStats& stats)
+                   std::shared_ptr<const Host> host, ClusterStats& stats,
+                   std::optional<std::string> auto_sni)
     : dispatcher_(dispatcher),
       cluster_(std::move(cluster)),
       host_(std::move(host)),
       stats_(stats),
-      transport_(cluster_->TransportFor(*host_)) {
+      transport_(cluster_->TransportFor(*host_)),
+      sni_(transport_.sni) {
+  if (auto_sni) {
+    // An IP address is never sent as SNI (RFC 6066), but the certificate may still be checked
+    // against it.
+    if (!SocketAddress::FromIpPort(*auto_sni, 1).ok()) sni_ = *auto_sni;
+    if (cluster_->auto_san_validation) verify_name_ = *auto_sni;
+  }
   retry_timer_ = dispatcher_.CreateTimer([this] {
     // A starved pool stays starved (keeping its claim on the next free slot) until it gets a
     // connection or has nothing left to wait for.
@@ -513,7 +521,7 @@ bool ConnPool::TryCreateConnection() {
   if (transport_.tls) {
     // The pool's connect timeout covers the TLS handshake too.
     conn->SetTransport(
-        std::make_unique<TlsTransport>(transport_.tls, transport_.sni, &tls_session_), 0);
+        std::make_unique<TlsTransport>(transport_.tls, sni_, &tls_session_, verify_name_), 0);
   }
   auto* c = new UpstreamClient(*this, std::move(conn));
   connecting_.push_back(c);

@@ -13,6 +13,7 @@
 #include <functional>
 #include <list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -129,8 +130,11 @@ class UpstreamClient : public ConnectionCallbacks,
 class ConnPool {
  public:
   class Pending;
+  // `auto_sni`: this pool's TLS connections send it as their SNI (a cluster with auto_sni has a
+  // pool per host and SNI; see WorkerCluster::PoolForSni).
   ConnPool(Dispatcher& dispatcher, std::shared_ptr<const ClusterInfo> cluster,
-           std::shared_ptr<const Host> host, ClusterStats& stats);
+           std::shared_ptr<const Host> host, ClusterStats& stats,
+           std::optional<std::string> auto_sni = std::nullopt);
   ~ConnPool();
 
   // Either calls callbacks.OnPoolReady/OnPoolFailure before returning (and returns nullptr), or
@@ -177,6 +181,8 @@ class ConnPool {
   // How this host is spoken to (the cluster's transport_socket, or a transport_socket_matches
   // entry chosen by the host's metadata).
   const ClusterInfo::Transport& transport_;
+  std::string sni_;          // sent on TLS connections (transport_.sni, or the auto_sni one)
+  std::string verify_name_;  // auto_san_validation: the name the certificate must be valid for
   std::list<UpstreamClient*> idle_, busy_, connecting_;  // owned (deleted via the dispatcher)
   std::list<std::unique_ptr<Pending>> pending_;
   std::unique_ptr<Timer> retry_timer_;

@@ -34,7 +34,7 @@ void WorkerCluster::Update(const ClusterEntry& entry) {
   stats_ = &info_->stats[worker_index_ % info_->stats_slots];
   std::vector<HostPool> next;
   for (const auto& host : *hosts_) {
-    HostPool hp{host, nullptr};
+    HostPool hp{host, nullptr, {}};
     if (!settings_changed) {
       for (auto& old : pools_) {
         // Same address and the same transport-selecting metadata: the pool (and its idle
@@ -42,21 +42,24 @@ void WorkerCluster::Update(const ClusterEntry& entry) {
         if (old.pool && old.host->address == host->address &&
             old.host->transport_socket_match == host->transport_socket_match) {
           hp.pool = std::move(old.pool);
+          hp.by_sni = std::move(old.by_sni);
           break;
         }
       }
     }
     if (!hp.pool) hp.pool = std::make_unique<ConnPool>(dispatcher_, info_, host, *stats_);
-    auto resources = info_->resources;
-    uint32_t worker = worker_index_;
-    hp.pool->set_reclaim([this](ConnPool* p) { return ReclaimIdle(p); },
-                         [resources, worker] { resources->RequestReclaim(worker); });
+    SetReclaim(hp.pool.get());
+    for (auto& [sni, p] : hp.by_sni) SetReclaim(p.get());
     next.push_back(std::move(hp));
   }
   for (auto& old : pools_) {
     if (old.pool) {
       old.pool->Drain();
       draining_.push_back(std::move(old.pool));
+    }
+    for (auto& [sni, p] : old.by_sni) {
+      p->Drain();
+      draining_.push_back(std::move(p));
     }
   }
   pools_ = std::move(next);
@@ -70,6 +73,37 @@ void WorkerCluster::Update(const ClusterEntry& entry) {
     }
   }
   BuildSchedule();
+}
+
+void WorkerCluster::SetReclaim(ConnPool* pool) {
+  auto resources = info_->resources;
+  uint32_t worker = worker_index_;
+  pool->set_reclaim([this](ConnPool* p) { return ReclaimIdle(p); },
+                    [resources, worker] { resources->RequestReclaim(worker); });
+}
+
+ConnPool* WorkerCluster::PoolForSni(ConnPool* host_pool, std::string_view sni) {
+  for (auto& hp : pools_) {
+    if (hp.pool.get() != host_pool) continue;
+    auto it = hp.by_sni.find(absl::string_view(sni.data(), sni.size()));
+    if (it != hp.by_sni.end()) return it->second.get();
+    if (hp.by_sni.size() >= kMaxSniPools) {
+      // The names come from requests: bounded, so that varying Host headers cannot grow
+      // memory without end. An idle pool makes room.
+      auto idle = hp.by_sni.begin();
+      while (idle != hp.by_sni.end() && !idle->second->idle()) ++idle;
+      if (idle == hp.by_sni.end()) return nullptr;
+      idle->second->Drain();
+      draining_.push_back(std::move(idle->second));
+      hp.by_sni.erase(idle);
+    }
+    auto pool = std::make_unique<ConnPool>(dispatcher_, info_, hp.host, *stats_, std::string(sni));
+    SetReclaim(pool.get());
+    ConnPool* raw = pool.get();
+    hp.by_sni.emplace(std::string(sni), std::move(pool));
+    return raw;
+  }
+  return nullptr;
 }
 
 void WorkerCluster::BuildSchedule() {
@@ -125,6 +159,9 @@ bool WorkerCluster::ReclaimIdle(ConnPool* requester) {
   }
   for (auto& p : pools_) {
     if (p.pool.get() != requester && p.pool->CloseOneIdle()) return true;
+    for (auto& [sni, sp] : p.by_sni) {
+      if (sp.get() != requester && sp->CloseOneIdle()) return true;
+    }
   }
   return false;
 }
@@ -132,6 +169,9 @@ bool WorkerCluster::ReclaimIdle(ConnPool* requester) {
 bool WorkerCluster::idle() const {
   for (const auto& p : pools_) {
     if (!p.pool->idle()) return false;
+    for (const auto& [sni, sp] : p.by_sni) {
+      if (!sp->idle()) return false;
+    }
   }
   for (const auto& p : draining_) {
     if (!p->idle()) return false;
@@ -140,7 +180,10 @@ bool WorkerCluster::idle() const {
 }
 
 void WorkerCluster::Drain() {
-  for (auto& p : pools_) p.pool->Drain();
+  for (auto& p : pools_) {
+    p.pool->Drain();
+    for (auto& [sni, sp] : p.by_sni) sp->Drain();
+  }
   for (auto& p : draining_) p->Drain();
 }
 

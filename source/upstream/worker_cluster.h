@@ -29,6 +29,11 @@ class WorkerCluster {
   ~WorkerCluster();
   // Picks a host and returns its pool, or nullptr when the cluster has no hosts.
   ConnPool* ChoosePool(uint64_t random);
+  // auto_sni: the pool of `host_pool`'s host for connections with this SNI (created when
+  // needed; at most kMaxSniPools per host, idle ones evicted first), or nullptr if the host
+  // has too many busy ones.
+  ConnPool* PoolForSni(ConnPool* host_pool, std::string_view sni);
+  static constexpr size_t kMaxSniPools = 256;
   ClusterStats& stats() { return *stats_; }
   const ClusterInfo& info() const { return *info_; }
   // Replaces the host set (and, if it changed, the cluster settings), keeping pools of hosts that
@@ -42,7 +47,10 @@ class WorkerCluster {
   struct HostPool {
     std::shared_ptr<const Host> host;
     std::unique_ptr<ConnPool> pool;
+    // auto_sni: one pool per SNI the requests asked for.
+    absl::flat_hash_map<std::string, std::unique_ptr<ConnPool>> by_sni;
   };
+  void SetReclaim(ConnPool* pool);
   void BuildSchedule();
   bool ReclaimIdle(ConnPool* requester);
 

@@ -495,6 +495,34 @@ class UpstreamTlsTest(IntegrationTestCase):
         self.assertEqual(answers, {"origin", "plain"})
         self.assertGreaterEqual(self.proxy.stat("cluster.mixed.ssl.handshake"), 1)
 
+    def test_auto_sni_and_auto_san_validation(self):
+        self.start_origin()
+        self.port = free_port()
+        c = cluster("origin", self.origin_port)
+        opts = c["typed_extension_protocol_options"][
+            "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
+        opts["upstream_http_protocol_options"] = {"auto_sni": True, "auto_san_validation": True}
+        ctx = self.verified()
+        del ctx["sni"]
+        c["transport_socket"] = {"name": "envoy.transport_sockets.tls", "typed_config": dict(
+            {"@type": UPSTREAM_TLS_TYPE}, **ctx)}
+        self.proxy = self.start_rpx(bootstrap([http_listener("l", self.port, [
+            virtual_host("all", ["*"], [route("/", "origin")])])], [c]))
+
+        def get(host):
+            return curl("http://127.0.0.1:%d/" % self.port, "-H", "Host: " + host, timeout=20)
+        r = get("origin.example.com:8080")
+        self.assertEqual(r.status, 200, r)
+        self.assertIn(b"sni=origin.example.com ", r.body)  # the port is not part of the SNI
+        # A name the origin's certificate is not valid for: refused, and said so.
+        r = get("other.example.com")
+        self.assertEqual(r.status, 503, r)
+        self.assertIn(b"TLS verification failed: certificate verify failed: hostname mismatch",
+                      r.body)
+        # The first name's pool still serves.
+        r = get("origin.example.com")
+        self.assertEqual(r.status, 200, r)
+
     def test_cleartext_origin_behind_a_tls_cluster_fails_cleanly(self):
         up = self.start_echo("plain")
         self.origin_port = up.port
