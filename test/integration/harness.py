@@ -1887,6 +1887,18 @@ http {
             [nginx, "-p", conf_dir, "-c", os.path.join(conf_dir, "nginx.conf"), "-e", "stderr"],
             ports, "nginx")
 
+    def start_tls_nginx(self, cert_key, body, extra=""):
+        """A real nginx serving TLS on a free port with `cert_key` ((cert, key) paths), answering
+        every request with 200 and `body` (nginx variables allowed) and a newline; `extra` goes
+        into the server block. Returns the port."""
+        port = free_port()
+        cert, key = cert_key
+        self.start_nginx("""  server {
+    listen 127.0.0.1:%d ssl; ssl_certificate %s; ssl_certificate_key %s; %s
+    location / { return 200 "%s\\n"; }
+  }""" % (port, cert, key, extra, body), [port])
+        return port
+
     def raw_client(self, port, timeout=10.0):
         c = RawClient(port, timeout)
         self.addCleanup(c.close)

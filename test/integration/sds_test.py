@@ -62,11 +62,7 @@ class SdsTests(object):
     def setUp(self):
         self.up = self.start_echo("up")
         # A TLS origin whose CA the "origin" cluster takes from an SDS validation context.
-        self.origin_port = free_port()
-        self.start_nginx("""  server {
-    listen 127.0.0.1:%d ssl; ssl_certificate %s; ssl_certificate_key %s;
-    location / { return 200 "origin\\n"; }
-  }""" % ((self.origin_port,) + self.origin), [self.origin_port])
+        self.origin_port = self.start_tls_nginx(self.origin, "origin")
         origin = cluster("origin", self.origin_port)
         origin["transport_socket"] = {"name": "envoy.transport_sockets.tls", "typed_config": {
             "@type": UPSTREAM_TLS_TYPE, "sni": "origin.example.com",

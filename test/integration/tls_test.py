@@ -33,6 +33,21 @@ def s_client(port, *args, stdin=b"", timeout=20):
     return r.returncode, (r.stdout + r.stderr).decode("utf-8", "replace")
 
 
+def client_hello(sni):
+    """The bytes of a real ClientHello (Python's ssl through memory BIOs), for a client that
+    then never goes on with the handshake."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    obj = ctx.wrap_bio(incoming, outgoing, server_hostname=sni)
+    try:
+        obj.do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    return outgoing.read()
+
+
 def peer_cn(output):
     m = re.search(r"^subject=.*CN ?= ?([^,\n/]+)", output, re.M)
     return m.group(1).strip() if m else None
@@ -187,14 +202,7 @@ class TlsTest(IntegrationTestCase):
                             "listener_filters_timeout": "1s"})
         prefix = "listener.127.0.0.1_%d." % self.port
         # Half a ClientHello: the inspector waits for the rest, then gives up.
-        ctx = ssl.create_default_context()
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
-        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
-        obj = ctx.wrap_bio(incoming, outgoing, server_hostname="a.example.com")
-        with self.assertRaises(ssl.SSLWantReadError):
-            obj.do_handshake()
-        hello = outgoing.read()
+        hello = client_hello("a.example.com")
         s = socket.create_connection(("127.0.0.1", self.port), timeout=30)
         s.sendall(hello[:len(hello) // 2])
         try:
@@ -208,15 +216,9 @@ class TlsTest(IntegrationTestCase):
     def test_transport_socket_connect_timeout(self):
         self.start([{"tls": downstream_tls([self.certs["a.example.com"]]),
                      "extra": {"transport_socket_connect_timeout": "1s"}}])
-        ctx = ssl.create_default_context()
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
-        incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
-        obj = ctx.wrap_bio(incoming, outgoing, server_hostname="a.example.com")
-        with self.assertRaises(ssl.SSLWantReadError):
-            obj.do_handshake()
         s = socket.create_connection(("127.0.0.1", self.port), timeout=30)
-        s.sendall(outgoing.read())  # the whole ClientHello; the client's Finished never comes
+        # The whole ClientHello; the client's Finished never comes.
+        s.sendall(client_hello("a.example.com"))
         got = b""
         while True:
             chunk = s.recv(65536)
@@ -386,16 +388,12 @@ class UpstreamTlsTest(IntegrationTestCase):
     def start_origin(self, cert=None, verify_client=False):
         """nginx on a TLS port: answers with the SNI it got, whether the session was reused
         and the client certificate's subject."""
-        self.origin_port = free_port()
-        cert, key = cert or self.origin_cert
         client = ("ssl_client_certificate %s; ssl_verify_client on;" % self.pki.ca
                   if verify_client else "")
-        self.start_nginx("""  server {
-    listen 127.0.0.1:%d ssl;
-    ssl_certificate %s; ssl_certificate_key %s; %s
-    ssl_session_cache shared:s:1m;
-    location / { return 200 "sni=$ssl_server_name reused=$ssl_session_reused client=$ssl_client_s_dn\n"; }
-  }""" % (self.origin_port, cert, key, client), [self.origin_port])
+        self.origin_port = self.start_tls_nginx(
+            cert or self.origin_cert,
+            "sni=$ssl_server_name reused=$ssl_session_reused client=$ssl_client_s_dn",
+            extra=client + " ssl_session_cache shared:s:1m;")
 
     def start_proxy(self, tls_context, max_requests_per_connection=None):
         self.port = free_port()
