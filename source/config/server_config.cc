@@ -48,6 +48,16 @@ uint64_t Ms(const google::protobuf::Duration& d) {
   return static_cast<uint64_t>(d.seconds()) * 1000 + d.nanos() / 1000000;
 }
 
+// ALPN offers (or accepts) only what rpx's codecs speak, HTTP/1.x for now: selecting h2 and then
+// speaking HTTP/1.1 would break every such peer, which instead falls back to HTTP/1.1.
+void KeepSpokenAlpn(TlsContextOptions* o) {
+  std::vector<std::string> spoken;
+  for (const auto& p : o->alpn) {
+    if (p == "http/1.1" || (o->server && p == "http/1.0")) spoken.push_back(p);
+  }
+  o->alpn = std::move(spoken);
+}
+
 // The TLS context of `chain` (its tls_config) with the secrets in `options`. Null with
 // `*missing` when SDS secrets have not arrived, or with errors.
 std::shared_ptr<const TlsContext> BuildDownstreamTls(const FilterChainConfig& chain,
@@ -62,13 +72,7 @@ std::shared_ptr<const TlsContext> BuildDownstreamTls(const FilterChainConfig& ch
   }
   *missing = secrets.sds_missing;
   if (*missing) return nullptr;
-  // ALPN offers only what rpx's codecs speak (HTTP/1.x for now): selecting h2 and then speaking
-  // HTTP/1.1 would break every such client, which instead falls back to HTTP/1.1.
-  std::vector<std::string> spoken;
-  for (const auto& p : o.alpn) {
-    if (p == "http/1.1" || p == "http/1.0") spoken.push_back(p);
-  }
-  o.alpn = std::move(spoken);
+  KeepSpokenAlpn(&o);
   auto context = TlsContext::Create(o);
   if (!context.ok()) {
     errors->push_back(std::string(context.status().message()));
@@ -781,12 +785,7 @@ bool Builder::UpstreamTransport(const envoy::config::core::v3::TransportSocket& 
     return false;
   }
   if (secrets.sds_missing) return true;  // built once the secrets arrive
-  // What rpx's upstream codec speaks (HTTP/1.1 for now).
-  std::vector<std::string> spoken;
-  for (const auto& p : o.alpn) {
-    if (p == "http/1.1") spoken.push_back(p);
-  }
-  o.alpn = std::move(spoken);
+  KeepSpokenAlpn(&o);
   auto context = TlsContext::Create(o);
   if (!context.ok()) {
     errors_->push_back(absl::StrCat(options_.source, ": ", context.status().message()));
