@@ -245,7 +245,7 @@ void Connection::ReadDisable(bool disable) {
   read_disabled_ = disable;
   UpdateInterest();
   // Bytes the transport took off the socket before reading stopped get no new readiness.
-  if (!disable && state_ == State::kOpen && transport_->HasPendingReadData()) {
+  if (!disable && !plaintext_ && state_ == State::kOpen && transport_->HasPendingReadData()) {
     file_event_.Activate(FileEvent::kRead);
   }
 }
@@ -261,7 +261,7 @@ void Connection::UpdateInterest() {
     bool read = splice_source_ ? want_splice_read_ : !read_disabled_;
     if (read && state_ == State::kOpen) interest |= FileEvent::kRead;
     if (!write_buffer_.empty() || (splice_sink_ && want_splice_write_ && state_ == State::kOpen) ||
-        (read && transport_->WantsWriteForRead())) {
+        (read && !plaintext_ && transport_->WantsWriteForRead())) {
       interest |= FileEvent::kWrite;
     }
   }
@@ -354,7 +354,7 @@ void Connection::OnFileEvent(uint32_t events) {
   }
   if ((events & FileEvent::kWrite) && state_ != State::kClosed) {
     // A TLS read that had to wait for the socket to be writable goes on now.
-    if (transport_->WantsWriteForRead()) events |= FileEvent::kRead;
+    if (!plaintext_ && transport_->WantsWriteForRead()) events |= FileEvent::kRead;
     DoWrite();
     if (splice_sink_ && want_splice_write_ && state_ == State::kOpen && write_buffer_.empty()) {
       splice_sink_->OnSpliceWritable();
@@ -475,7 +475,7 @@ void Connection::DoWrite(bool try_send) {
       } else {
         // The last bytes went with MSG_MORE and may still be held: shutdown sends them with the
         // FIN. close(2) alone would discard them if input is waiting unread (it resets then).
-        transport_->Shutdown(fd_);
+        if (!plaintext_) transport_->Shutdown(fd_);
         ::shutdown(fd_, SHUT_WR);
         CloseNow(ConnectionEvent::kLocalClose, false);
       }
@@ -510,7 +510,7 @@ void Connection::Release(std::unique_ptr<Connection> conn) {
 
 void Connection::StartLinger() {
   state_ = State::kLingering;
-  transport_->Shutdown(fd_);
+  if (!plaintext_) transport_->Shutdown(fd_);
   ::shutdown(fd_, SHUT_WR);
   read_buffer_.Clear();
   file_event_.SetInterest(FileEvent::kRead);
@@ -564,7 +564,8 @@ void Connection::FlushBeforeClosing() {
 
 void Connection::CloseNow(ConnectionEvent event, bool notify) {
   if (state_ == State::kClosed) return;
-  if (event == ConnectionEvent::kLocalClose && state_ == State::kOpen && !handshaking_) {
+  if (!plaintext_ && event == ConnectionEvent::kLocalClose && state_ == State::kOpen &&
+      !handshaking_) {
     transport_->Shutdown(fd_);
   }
   state_ = State::kClosed;
