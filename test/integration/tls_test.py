@@ -420,8 +420,9 @@ class UpstreamTlsTest(IntegrationTestCase):
         for r in bodies:
             self.assertEqual(r.status, 200, r)
             self.assertIn(b"sni=origin.example.com", r.body)
-        # One connection per request: the later ones resume the first one's session.
-        self.assertIn(b"reused=r", bodies[-1].body)
+        # One connection per request; each worker's pool resumes the session of its previous
+        # connection to the host. Four requests on two workers: some worker made two.
+        self.assertTrue(any(b"reused=r" in r.body for r in bodies[1:]), bodies)
         stats = self.proxy.stats()
         self.assertEqual(stats["cluster.origin.ssl.handshake"], 4)
         self.assertGreaterEqual(stats["cluster.origin.ssl.session_reused"], 1)
