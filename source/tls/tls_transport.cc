@@ -5,6 +5,8 @@
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 
+#include <sys/socket.h>
+
 #include <cerrno>
 #include <climits>
 
@@ -22,13 +24,12 @@ int TransportIndex() {
 
 TlsTransport::TlsTransport(std::shared_ptr<const TlsContext> context, const std::string& sni,
                            SSL_SESSION** session_slot, const std::string& verify_name)
-    : context_(std::move(context)),
-      ssl_(SSL_new(context_->ssl_ctx())),
-      session_slot_(session_slot) {
-  SSL_set_ex_data(ssl_, TransportIndex(), this);
-  if (context_->server()) {
-    SSL_set_accept_state(ssl_);
-  } else {
+    : context_(std::move(context)), ssl_(nullptr), session_slot_(session_slot) {
+  // A server's SSL (and OpenSSL's buffers with it) comes with the client's first bytes: an
+  // accepted connection that sends nothing costs only this object (see Handshake).
+  if (!context_->server()) {
+    ssl_ = SSL_new(context_->ssl_ctx());
+    SSL_set_ex_data(ssl_, TransportIndex(), this);
     SSL_set_connect_state(ssl_);
     if (!sni.empty()) SSL_set_tlsext_host_name(ssl_, sni.c_str());
     if (!verify_name.empty()) {
@@ -51,6 +52,7 @@ int TlsTransport::OnNewSession(SSL* ssl, SSL_SESSION* session) {
 }
 
 TlsTransport::~TlsTransport() {
+  if (!ssl_) return;
   // A connection that simply closed (no close_notify either way, as most clients do) still ends
   // a good session: without this OpenSSL drops it from the session cache, and the client's next
   // resumption by session id fails. A failed connection's session is dropped as it should be.
@@ -95,6 +97,19 @@ TlsTransport::Status TlsTransport::Classify(int ret, const char* op) {
 }
 
 TransportSocket::HandshakeResult TlsTransport::Handshake(int fd) {
+  if (!ssl_) {
+    char c;
+    ssize_t n = ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return HandshakeResult::kWantRead;
+    if (n <= 0) {
+      failed_ = true;
+      failure_ = "handshake failed: the peer closed the connection before its ClientHello";
+      return HandshakeResult::kFailed;
+    }
+    ssl_ = SSL_new(context_->ssl_ctx());
+    SSL_set_ex_data(ssl_, TransportIndex(), this);
+    SSL_set_accept_state(ssl_);
+  }
   if (SSL_get_fd(ssl_) != fd) SSL_set_fd(ssl_, fd);
   ERR_clear_error();
   int ret = SSL_do_handshake(ssl_);
@@ -122,6 +137,10 @@ ssize_t TlsTransport::Read(int fd, char* buf, size_t len) {
   if (n > 0) return n;
   switch (Classify(n, "read")) {
     case Status::kWantRead:
+      // Nothing left to read: give OpenSSL's read and write buffers (about 33 KiB) back while
+      // the connection waits, as nginx does for idle connections. It frees nothing that holds
+      // bytes, and the next read or write takes them again from the allocator.
+      SSL_free_buffers(ssl_);
       return -EAGAIN;
     case Status::kWantWrite:
       read_wants_write_ = true;  // e.g. a TLS 1.3 key update to answer with a full socket
@@ -139,7 +158,10 @@ ssize_t TlsTransport::Write(int fd, const char* buf, size_t len, bool /*end_foll
   if (len == 0) return 0;
   ERR_clear_error();
   int n = SSL_write(ssl_, buf, static_cast<int>(std::min<size_t>(len, INT_MAX)));
-  if (n > 0) return n;
+  if (n > 0) {
+    if (static_cast<size_t>(n) == len) SSL_free_buffers(ssl_);  // see Read
+    return n;
+  }
   switch (Classify(n, "write")) {
     case Status::kWantRead:
     case Status::kWantWrite:
@@ -152,11 +174,11 @@ ssize_t TlsTransport::Write(int fd, const char* buf, size_t len, bool /*end_foll
   return -EPROTO;
 }
 
-bool TlsTransport::HasPendingReadData() const { return SSL_pending(ssl_) > 0; }
+bool TlsTransport::HasPendingReadData() const { return ssl_ && SSL_pending(ssl_) > 0; }
 
 void TlsTransport::Shutdown(int fd) {
   // close_notify, best effort: the socket closes next whatever happens.
-  if (failed_ || !SSL_is_init_finished(ssl_)) return;
+  if (failed_ || !ssl_ || !SSL_is_init_finished(ssl_)) return;
   ERR_clear_error();
   SSL_shutdown(ssl_);
   ERR_clear_error();
