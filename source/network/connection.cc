@@ -92,9 +92,10 @@ void Connection::SetTransport(std::unique_ptr<TransportSocket> transport,
     });
     linger_timer_->Enable(handshake_timeout_ms);
   }
-  // An accepted socket may hold the ClientHello already (a listener filter peeked at it), and
-  // edge-triggered readiness reported it before this transport existed.
-  if (state_ == State::kOpen) file_event_.Activate(FileEvent::kRead);
+  // A transport that speaks first on an open socket starts now. One that waits for the peer
+  // (a TLS server) starts at the socket's first readiness: epoll reports bytes already there
+  // (a ClientHello a listener filter peeked at) when the socket is registered.
+  if (state_ == State::kOpen && transport_->SpeaksFirst()) file_event_.Activate(FileEvent::kWrite);
 }
 
 bool Connection::DoHandshake() {

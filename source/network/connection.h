@@ -46,6 +46,8 @@ class TransportSocket {
   virtual ssize_t Read(int fd, char* buf, size_t len) = 0;
   virtual ssize_t Write(int fd, const char* buf, size_t len, bool end_follows) = 0;
   virtual bool HasPendingReadData() const { return false; }
+  // Its handshake starts by sending (a TLS client), not by waiting for the peer's bytes.
+  virtual bool SpeaksFirst() const { return false; }
   virtual bool WantsWriteForRead() const { return false; }
   // The stream is about to end (before shutdown(2) or close(2)): tell the peer (close_notify).
   virtual void Shutdown(int /*fd*/) {}

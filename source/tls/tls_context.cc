@@ -292,6 +292,10 @@ absl::StatusOr<std::shared_ptr<const TlsContext>> TlsContext::Create(const TlsCo
   // and write buffers given back while a connection is idle.
   SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
                             SSL_MODE_RELEASE_BUFFERS);
+  // Records are read as many as the socket holds per recv(2), not a header and a body at a
+  // time: half the reads (the connection reads to EAGAIN, and bytes left in OpenSSL's buffer
+  // are read on before it waits again: HasPendingReadData).
+  SSL_CTX_set_read_ahead(ctx, 1);
   if (auto st = SetCiphers(ctx, o); !st.ok()) return st;
   if (auto st = SetCurves(ctx, o); !st.ok()) return st;
 

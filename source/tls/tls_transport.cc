@@ -4,7 +4,6 @@
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
-
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -98,14 +97,7 @@ TlsTransport::Status TlsTransport::Classify(int ret, const char* op) {
 
 TransportSocket::HandshakeResult TlsTransport::Handshake(int fd) {
   if (!ssl_) {
-    char c;
-    ssize_t n = ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return HandshakeResult::kWantRead;
-    if (n <= 0) {
-      failed_ = true;
-      failure_ = "handshake failed: the peer closed the connection before its ClientHello";
-      return HandshakeResult::kFailed;
-    }
+    // The server side is first called when the socket turns readable (SpeaksFirst).
     ssl_ = SSL_new(context_->ssl_ctx());
     SSL_set_ex_data(ssl_, TransportIndex(), this);
     SSL_set_accept_state(ssl_);
@@ -174,7 +166,7 @@ ssize_t TlsTransport::Write(int fd, const char* buf, size_t len, bool /*end_foll
   return -EPROTO;
 }
 
-bool TlsTransport::HasPendingReadData() const { return ssl_ && SSL_pending(ssl_) > 0; }
+bool TlsTransport::HasPendingReadData() const { return ssl_ && SSL_has_pending(ssl_) == 1; }
 
 void TlsTransport::Shutdown(int fd) {
   // close_notify, best effort: the socket closes next whatever happens.

@@ -43,6 +43,7 @@ class TlsTransport : public TransportSocket {
   ssize_t Read(int fd, char* buf, size_t len) override;
   ssize_t Write(int fd, const char* buf, size_t len, bool end_follows) override;
   bool HasPendingReadData() const override;
+  bool SpeaksFirst() const override { return !context_->server(); }
   bool WantsWriteForRead() const override { return read_wants_write_; }
   void Shutdown(int fd) override;
   std::string FailureReason() const override { return failure_; }
