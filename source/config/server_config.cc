@@ -8,6 +8,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "envoy/config/cluster/v3/cluster.pb.h"
@@ -599,13 +600,17 @@ void Builder::BuildListener(const Listener& l, const std::string& path, ServerCo
   size_t errors_before = errors_->size();
   auto lc = std::make_shared<ListenerConfig>();
   lc->name = l.name();
-  if (l.name().empty()) Error(path + ".name", "is required");
+  // A static listener may go unnamed (Envoy's examples often do): it is named after its address,
+  // which no other listener may share. An xDS listener's name is its resource name.
+  bool is_static = absl::StartsWith(path, "static_resources.");
+  if (l.name().empty() && !is_static) Error(path + ".name", "is required");
+  if (!Address(l.address(), path + ".address", &lc->address)) return;
+  if (lc->name.empty()) lc->name = lc->address.ToString();
   for (const auto& other : out->listeners) {
-    if (other->name == l.name()) {
-      Error(path + ".name", absl::StrCat("duplicate listener name '", l.name(), "'"));
+    if (other->name == lc->name) {
+      Error(path + ".name", absl::StrCat("duplicate listener name '", lc->name, "'"));
     }
   }
-  if (!Address(l.address(), path + ".address", &lc->address)) return;
   for (const auto& other : out->listeners) {
     if (other->address == lc->address && lc->address.port() != 0) {
       Error(path + ".address", absl::StrCat("address ", lc->address.ToString(),

@@ -339,6 +339,8 @@ void Loader::SetScalar(const YAML::Node& node, Message* msg, const FieldDescript
     }
     case FieldDescriptor::CPPTYPE_ENUM: {
       const auto* value = f->enum_type()->FindValueByName(s);
+      // Envoy parses enums case-insensitively (round_robin is ROUND_ROBIN).
+      if (!value) value = f->enum_type()->FindValueByName(absl::AsciiStrToUpper(s));
       int n;
       if (!value && absl::SimpleAtoi(s, &n)) value = f->enum_type()->FindValueByNumber(n);
       if (!value) {

@@ -112,6 +112,18 @@ TEST(ServerConfigTest, BuildsEverySetting) {
   EXPECT_EQ((*web.hosts)[1]->address.ToString(), "[::1]:8082");
 }
 
+TEST(ServerConfigTest, AnUnnamedStaticListenerIsNamedAfterItsAddress) {
+  ServerConfig c;
+  std::vector<std::string> errors;
+  std::string yaml =
+      Replace(kGood,
+              "  - name: main\n    address: {socket_address: {address: 127.0.0.1, "
+              "port_value: 0}}",
+              "  - address: {socket_address: {address: 127.0.0.1, port_value: 8443}}");
+  ASSERT_TRUE(Build(yaml, &c, &errors)) << ::testing::PrintToString(errors);
+  EXPECT_EQ(c.listeners[0]->name, "127.0.0.1:8443");
+}
+
 TEST(ServerConfigTest, UnknownClusterInRoute) {
   std::string e = OnlyError(Replace(kGood, "route: {cluster: web}", "route: {cluster: nope}"));
   EXPECT_THAT(e, HasSubstr("t.yaml: static_resources.listeners[0].filter_chains[0].filters[0]."

@@ -9,9 +9,9 @@
 namespace rpx {
 namespace {
 
-using ::testing::HasSubstr;
 using envoy::config::bootstrap::v3::Bootstrap;
 using envoy::config::cluster::v3::Cluster;
+using ::testing::HasSubstr;
 
 TEST(YamlLoaderTest, LoadsScalarsEnumsDurationsWrappersAndAny) {
   Bootstrap b;
@@ -43,6 +43,16 @@ static_resources:
   EXPECT_EQ(c.per_connection_buffer_limit_bytes().value(), 32768u);
   EXPECT_EQ(c.circuit_breakers().thresholds(0).max_connections().value(), 7u);
   EXPECT_EQ(c.typed_extension_protocol_options().size(), 1u);
+}
+
+TEST(YamlLoaderTest, EnumNamesAreCaseInsensitiveAsInEnvoy) {
+  Cluster c;
+  std::vector<std::string> errors;
+  ASSERT_TRUE(LoadYamlIntoMessage("{name: up, type: strict_dns, lb_policy: Least_Request}",
+                                  "c.yaml", &c, &errors))
+      << errors[0];
+  EXPECT_EQ(c.type(), Cluster::STRICT_DNS);
+  EXPECT_EQ(c.lb_policy(), Cluster::LEAST_REQUEST);
 }
 
 TEST(YamlLoaderTest, ReportsEveryErrorWithLineAndPath) {
