@@ -41,25 +41,29 @@ void RaiseFileLimit() {
 }
 
 void Usage(FILE* out) {
-  fprintf(out,
-          "usage: rpx -c CONFIG [options]\n"
-          "  -c, --config-path FILE   Envoy v3 bootstrap (YAML or JSON)\n"
-          "  --concurrency N          worker threads (default: number of cores)\n"
-          "  --mode serve|validate    validate: check the config, print every error, exit\n"
-          "  -l, --log-level LEVEL    trace, debug, info, warning, error, critical, off\n"
-          "  --service-node NAME      node id (overrides node.id)\n"
-          "  --service-cluster NAME   node cluster (overrides node.cluster)\n"
-          "  --drain-time-s N         seconds a removed listener's connections may finish (5)\n"
-          "  --disable-splice         copy large bodies through userspace instead of splice(2)\n"
-          "  --disable-fast-parse     parse every HTTP/1 head with llhttp (no fast path)\n"
-          "  --batch-wait-us N        with requests in flight, an idle worker sleeps N us (up to\n"
-          "                           10 times) before blocking, to handle arrivals in batches\n"
-          "                           instead of being woken for each (default 20; 0: off)\n"
-          "  --disable-read-batching  read each ready socket with its own recv(2) instead of\n"
-          "                           all of an epoll batch in one io_uring_enter(2)\n"
-          "  --disable-write-batching send each connection's output with its own send(2)\n"
-          "                           instead of all of a flush's in one io_uring_enter(2)\n"
-          "  --version, -h/--help\n");
+  fprintf(
+      out,
+      "usage: rpx -c CONFIG [options]\n"
+      "  -c, --config-path FILE   Envoy v3 bootstrap (YAML or JSON)\n"
+      "  --concurrency N          worker threads (default: number of cores)\n"
+      "  --mode serve|validate    validate: check the config, print every error, exit\n"
+      "  -l, --log-level LEVEL    trace, debug, info, warning, error, critical, off\n"
+      "  --service-node NAME      node id (overrides node.id)\n"
+      "  --service-cluster NAME   node cluster (overrides node.cluster)\n"
+      "  --drain-time-s N         seconds open connections may finish: a removed listener's,\n"
+      "                           and everyone's on SIGTERM/SIGINT (5; 0: stop at once)\n"
+      "  --drain-strategy S       on SIGTERM, ask connections to close gradually over the\n"
+      "                           drain time (gradual, the default) or all at once (immediate)\n"
+      "  --disable-splice         copy large bodies through userspace instead of splice(2)\n"
+      "  --disable-fast-parse     parse every HTTP/1 head with llhttp (no fast path)\n"
+      "  --batch-wait-us N        with requests in flight, an idle worker sleeps N us (up to\n"
+      "                           10 times) before blocking, to handle arrivals in batches\n"
+      "                           instead of being woken for each (default 20; 0: off)\n"
+      "  --disable-read-batching  read each ready socket with its own recv(2) instead of\n"
+      "                           all of an epoll batch in one io_uring_enter(2)\n"
+      "  --disable-write-batching send each connection's output with its own send(2)\n"
+      "                           instead of all of a flush's in one io_uring_enter(2)\n"
+      "  --version, -h/--help\n");
 }
 
 // Parses `v` as a decimal integer in [lo, hi]; otherwise prints an error naming `flag` and exits.
@@ -137,6 +141,13 @@ int main(int argc, char** argv) {
     } else if (arg == "--drain-time-s") {
       options.drain_time_ms =
           static_cast<uint64_t>(IntFlag("--drain-time-s", next("--drain-time-s"), 0, 86400)) * 1000;
+    } else if (arg == "--drain-strategy") {
+      std::string v = next("--drain-strategy");
+      if (v != "gradual" && v != "immediate") {
+        fprintf(stderr, "error: --drain-strategy: '%s' is not gradual or immediate\n", v.c_str());
+        return 1;
+      }
+      options.drain_gradual = v == "gradual";
     } else if (arg == "--batch-wait-us") {
       options.batch_wait_us =
           static_cast<uint32_t>(IntFlag("--batch-wait-us", next("--batch-wait-us"), 0, 1000));

@@ -513,7 +513,11 @@ void ServerConnection::OnStreamIdleTimeout() {
 
 void ServerConnection::CloseWhenIdle() {
   drain_ = true;
-  if (stream_active_) return;
+  if (stream_active_) {
+    // Closed after this response (which says Connection: close if it has not started).
+    close_after_response_ = true;
+    return;
+  }
   // A request may be on its way already: on a connection that has not had one yet (accepted
   // just before the drain), or in bytes not read yet. Closing now would leave it unanswered; it
   // is served instead, with Connection: close. The listener's drain time bounds the wait.

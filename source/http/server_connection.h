@@ -31,6 +31,7 @@ class ServerConnection : public ConnectionCallbacks,
   // Closes after the stream in flight, or now when idle: a keep-alive connection between
   // requests with none waiting unread. Used for drain.
   void CloseWhenIdle();
+  bool draining() const { return drain_; }
 
   // ConnectionCallbacks
   void OnData(Buffer& in) override;

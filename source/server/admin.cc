@@ -87,6 +87,8 @@ std::string Admin::Handle(const RequestHead& head, int* status, std::string* con
   std::string path = head.path.substr(0, head.path.find('?'));
   if (path == "/ready") {
     *status = Ready() ? 200 : 503;
+    // As Envoy: a failed health check reads DRAINING too (Envoy's server state).
+    if (draining_ || health_failed_) return "DRAINING\n";
     return Ready() ? "LIVE\n" : (ready_ ? "INITIALIZING\n" : "PRE_INITIALIZING\n");
   }
   if (path == "/config_dump") {
@@ -96,20 +98,35 @@ std::string Admin::Handle(const RequestHead& head, int* status, std::string* con
   if (path == "/stats") return StatsText();
   if (path == "/server_info") {
     *content_type = "application/json";
-    return absl::StrCat("{\"version\":\"rpx/0.1\",\"state\":\"", Ready() ? "LIVE" : "INITIALIZING",
-                        "\",\"node\":{\"id\":\"", config_.node_id, "\",\"cluster\":\"",
-                        config_.node_cluster, "\"},\"concurrency\":", concurrency_, "}\n");
+    return absl::StrCat(
+        "{\"version\":\"rpx/0.1\",\"state\":\"",
+        draining_ || health_failed_ ? "DRAINING" : (Ready() ? "LIVE" : "INITIALIZING"),
+        "\",\"node\":{\"id\":\"", config_.node_id, "\",\"cluster\":\"", config_.node_cluster,
+        "\"},\"concurrency\":", concurrency_, "}\n");
+  }
+  bool mutating = path == "/quitquitquit" || path == "/drain_listeners" ||
+                  path == "/healthcheck/fail" || path == "/healthcheck/ok";
+  if (mutating && head.method != "POST") {
+    *status = 405;
+    return "use POST\n";
   }
   if (path == "/quitquitquit") {
-    if (head.method != "POST") {
-      *status = 405;
-      return "use POST\n";
-    }
     dispatcher_.Post(quit_);
+    return "OK\n";
+  }
+  if (path == "/drain_listeners") {
+    bool graceful = head.path.find("graceful") != std::string::npos;
+    draining_ = true;
+    if (drain_listeners_) drain_listeners_(graceful);
+    return "OK\n";
+  }
+  if (path == "/healthcheck/fail" || path == "/healthcheck/ok") {
+    health_failed_ = path == "/healthcheck/fail";
     return "OK\n";
   }
   if (path == "/") {
     return "rpx admin\n  /ready\n  /stats\n  /server_info\n  /config_dump\n  /quitquitquit "
+           "(POST)\n  /drain_listeners[?graceful] (POST)\n  /healthcheck/fail, /healthcheck/ok "
            "(POST)\n";
   }
   *status = 404;

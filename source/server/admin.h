@@ -4,7 +4,10 @@
 //   GET /server_info  JSON: version, state, node, concurrency
 //   GET /config_dump  JSON: active listeners, routes, clusters, endpoints (version, time applied)
 //                     and the xDS state with the last NACK
-//   POST /quitquitquit  stops the server
+//   POST /quitquitquit  stops the server at once
+//   POST /drain_listeners[?graceful]  stops accepting and drains connections (the server stays)
+//   POST /healthcheck/fail, /healthcheck/ok  /ready answers 503 (or again 200), for load
+//                     balancers that take the node out before it is stopped
 // It reuses the HTTP/1 ServerConnection with its own StreamHandler; it must be bound to loopback
 // in shipped configs (it can stop the server).
 #pragma once
@@ -31,6 +34,12 @@ class Admin : public StreamHandlerFactory {
   // Takes ownership of the listening socket.
   void Start(int fd);
   void set_ready(bool ready) { ready_ = ready; }
+  // Draining (SIGTERM): /ready answers 503 DRAINING from now on.
+  void set_draining(bool draining) { draining_ = draining; }
+  // What POST /drain_listeners does (`gradual` with ?graceful).
+  void set_drain_listeners(std::function<void(bool gradual)> fn) {
+    drain_listeners_ = std::move(fn);
+  }
   // Readiness beyond "started" (xDS initialization), and the /config_dump body.
   void set_hooks(std::function<bool()> initialized, std::function<std::string()> config_dump,
                  std::function<void(std::map<std::string, int64_t>*)> extra_stats) {
@@ -53,7 +62,12 @@ class Admin : public StreamHandlerFactory {
   uint32_t concurrency_;
   std::function<void()> quit_;
   bool ready_ = false;
-  bool Ready() const { return ready_ && (!initialized_ || initialized_()); }
+  bool draining_ = false;
+  bool health_failed_ = false;  // POST /healthcheck/fail
+  bool Ready() const {
+    return ready_ && !draining_ && !health_failed_ && (!initialized_ || initialized_());
+  }
+  std::function<void(bool)> drain_listeners_;
   std::function<bool()> initialized_;
   std::function<std::string()> config_dump_;
   std::function<void(std::map<std::string, int64_t>*)> extra_stats_;

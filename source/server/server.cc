@@ -5,6 +5,7 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <thread>
@@ -144,6 +145,9 @@ int RunServer(const ServerOptions& options) {
                          (*out)["control_plane." + t + ".update_rejected"] = st.nacks;
                        }
                      });
+    admin->set_drain_listeners([&worker_list, &options](bool gradual) {
+      for (auto& w : worker_list) w->Drain(options.drain_time_ms, gradual);
+    });
     admin->Start(admin_fd);
   }
 
@@ -178,14 +182,46 @@ int RunServer(const ServerOptions& options) {
     dns_timers.push_back(std::move(t));
   }
 
+  // Graceful shutdown: stop accepting, fail /ready, let every connection finish what it is doing
+  // (closing once idle), and stop when none is left or the drain time is up.
+  bool draining = false;
+  std::unique_ptr<Timer> drain_timer;
+  auto drain_deadline = std::chrono::steady_clock::now();
+  auto drain = [&] {
+    if (draining) return;
+    draining = true;
+    if (admin) admin->set_draining(true);
+    RPX_LOG(kInfo, "draining: %s up to %llu ms for open connections to finish",
+            options.drain_gradual ? "gradually," : "at once,",
+            static_cast<unsigned long long>(options.drain_time_ms));
+    for (auto& w : worker_list) w->Drain(options.drain_time_ms, options.drain_gradual);
+    drain_deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(options.drain_time_ms);
+    drain_timer = main_dispatcher.CreateTimer([&] {
+      uint64_t open = 0;
+      for (auto& w : worker_list) open += w->open_connections();
+      if (open == 0 || std::chrono::steady_clock::now() >= drain_deadline) {
+        if (open) RPX_LOG(kInfo, "drain time is up: closing %llu connections", open);
+        quit();
+        return;
+      }
+      drain_timer->Enable(50);
+    });
+    drain_timer->Enable(0);
+  };
   int sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
   auto signal_event = main_dispatcher.CreateFileEvent(
       sfd,
       [&](uint32_t) {
         struct signalfd_siginfo si;
         while (read(sfd, &si, sizeof(si)) == sizeof(si)) {
-          RPX_LOG(kInfo, "caught signal %u, shutting down", si.ssi_signo);
-          quit();
+          if (draining || options.drain_time_ms == 0) {
+            RPX_LOG(kInfo, "caught signal %u, shutting down", si.ssi_signo);
+            quit();
+          } else {
+            RPX_LOG(kInfo, "caught signal %u, draining (a second one stops at once)", si.ssi_signo);
+            drain();
+          }
         }
       },
       FileEvent::kRead);

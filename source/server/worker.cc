@@ -42,6 +42,10 @@ void Worker::AddListener(std::shared_ptr<const ListenerConfig> config, int fd) {
 
 void Worker::AddListenerNow(std::shared_ptr<const ListenerConfig> config, int fd) {
   if (fd < 0) return;
+  if (stopped_accepting_) {  // draining for shutdown: a listener added now takes nothing
+    ::close(fd);
+    return;
+  }
   auto l = std::make_unique<ActiveListener>();
   l->worker = this;
   l->config = config;
@@ -190,6 +194,7 @@ void Worker::Serve(ActiveListener& l, int fd, const SocketAddress& peer, int cha
                                            /*nodelay_set=*/true);
   if (fc.tls) conn->SetTransport(std::make_unique<TlsTransport>(fc.tls), fc.handshake_timeout_ms);
   l.connections.Add(new OpenConnection(l, chain, std::move(slot), std::move(conn), peer));
+  open_connections_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void Worker::EndInspections(ActiveListener& l) {
@@ -315,6 +320,7 @@ void Worker::OpenConnection::OnClosed() {
                                                : connection().transport().FailureReason());
   }
   l->connections.Remove(this);
+  w->open_connections_.fetch_sub(1, std::memory_order_relaxed);
   slot_ = LimitSlot();  // the listener's limit counts open connections, not unfreed memory
   w->dispatcher_.DeferredDelete(std::unique_ptr<DeferredDeletable>(this));
   // A draining listener with no connections left is freed (after this callback returns).
@@ -387,6 +393,56 @@ void Worker::FreeDrained(ActiveListener* l) {
 
 void Worker::UpdateClusters(std::shared_ptr<const ClusterMap> clusters) {
   dispatcher_.Post([this, clusters] { clusters_.Apply(*clusters); });
+}
+
+void Worker::Drain(uint64_t drain_ms, bool gradual) {
+  dispatcher_.Post([this, drain_ms, gradual] {
+    stopped_accepting_ = true;
+    for (auto& [name, l] : listeners_) {
+      if (!l->listener) continue;
+      // Connections already queued are served (closing the socket would reset them); then it
+      // stops accepting and the socket closes.
+      ActiveListener* raw = l.get();
+      l->listener->TakeQueued(
+          [this, raw](int cfd, const SocketAddress& peer) { OnAccept(*raw, cfd, peer); });
+      l->listener.reset();
+      EndInspections(*l);
+    }
+    uint64_t open = open_connections();
+    // Gradual: in 20 steps over the first 90% of the drain time, so that the last connections
+    // asked still have time to finish a request.
+    constexpr uint64_t kSteps = 20;
+    if (!gradual || drain_ms < kSteps || open <= 1) {
+      DrainSome(SIZE_MAX);
+      return;
+    }
+    size_t per_step = (open + kSteps - 1) / kSteps;
+    uint64_t step_ms = drain_ms * 9 / 10 / kSteps;
+    DrainSome(per_step);
+    drain_step_timer_ = dispatcher_.CreateTimer([this, per_step, step_ms] {
+      if (DrainSome(per_step) == per_step) drain_step_timer_->Enable(step_ms);
+    });
+    drain_step_timer_->Enable(step_ms);
+  });
+}
+
+size_t Worker::DrainSome(size_t n) {
+  std::vector<ServerConnection*> pick;
+  for (auto& [name, l] : listeners_) {
+    for (ServerConnection* c : l->connections.Snapshot()) {
+      if (pick.size() >= n) break;
+      if (!c->draining()) pick.push_back(c);
+    }
+  }
+  for (auto& l : draining_) {
+    for (ServerConnection* c : l->connections.Snapshot()) {
+      if (pick.size() >= n) break;
+      if (!c->draining()) pick.push_back(c);
+    }
+  }
+  // Closing an idle connection edits the lists: close from the copy.
+  for (ServerConnection* c : pick) c->CloseWhenIdle();
+  return pick.size();
 }
 
 void Worker::Stop() {

@@ -45,6 +45,12 @@ class Worker {
   // Thread-safe. Stops accepting on listener `name` now; open connections close once idle, and
   // those still open after `drain_ms` are closed.
   void RemoveListener(const std::string& name, uint64_t drain_ms);
+  // Thread-safe. Graceful shutdown: stops accepting on every listener, and asks every open
+  // connection to close once idle (a keep-alive connection after its current response, which
+  // says Connection: close): all at once, or with `gradual` spread over `drain_ms`.
+  void Drain(uint64_t drain_ms, bool gradual);
+  // Open downstream connections (any thread).
+  uint64_t open_connections() const { return open_connections_.load(std::memory_order_relaxed); }
   // Thread-safe: stops accepting, closes connections and ends the thread; returns when joined.
   void Stop();
   uint32_t index() const { return index_; }
@@ -154,6 +160,8 @@ class Worker {
   void EndInspections(ActiveListener& l);
   void FinishDrain(ActiveListener* l);
   void FreeDrained(ActiveListener* l);
+  // Gradual drain: asks up to `n` more connections (of every listener) to close once idle.
+  size_t DrainSome(size_t n);
   // Closes a connection refused by the listener's connection limit, now or after `delay_ms`.
   void Reject(int fd, uint64_t delay_ms);
   void CloseDueRejects();
@@ -171,6 +179,9 @@ class Worker {
   std::vector<std::unique_ptr<ActiveListener>> draining_;
   std::multimap<uint64_t, int> delayed_rejects_;  // close time (steady ms) -> fd
   std::unique_ptr<Timer> reject_timer_;
+  std::unique_ptr<Timer> drain_step_timer_;  // gradual drain
+  bool stopped_accepting_ = false;           // Drain was called: no listener accepts again
+  std::atomic<uint64_t> open_connections_{0};
   std::thread thread_;
 };
 

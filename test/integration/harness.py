@@ -646,6 +646,15 @@ class Rpx(object):
         self._close_logs()
         return self.returncode
 
+    def wait_exit(self, timeout):
+        """Waits for rpx to exit after a test signalled it (by PID) itself; returns its status.
+        The exit counts as a clean stop when the status is 0."""
+        rc = self.proc.wait(timeout)
+        self.stop_method = "SIGTERM"
+        self.returncode = rc
+        self._close_logs()
+        return rc
+
     def check_clean_exit(self):
         """Raises if rpx crashed during the test or did not stop cleanly."""
         rc = self.stop()
