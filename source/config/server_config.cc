@@ -17,6 +17,7 @@
 #include "envoy/extensions/filters/network/connection_limit/v3/connection_limit.pb.h"
 #include "envoy/extensions/filters/network/http_connection_manager/v3/http_connection_manager.pb.h"
 #include "envoy/extensions/upstreams/http/v3/http_protocol_options.pb.h"
+#include "source/config/access_log_config.h"
 #include "source/config/tls_config.h"
 
 namespace rpx {
@@ -566,6 +567,11 @@ bool Builder::BuildHttp(const HttpConnectionManager& hcm, const std::string& pat
     http->upgrades.push_back(std::move(entry));
   }
   http->buffer_limit = buffer_limit;
+  {
+    std::vector<std::string> log_errors;
+    BuildAccessLogs(hcm.access_log(), path, options_.log_files, http.get(), &log_errors);
+    for (const auto& e : log_errors) errors_->push_back(absl::StrCat(options_.source, ": ", e));
+  }
   if (hcm.has_rds()) {
     const auto& rds = hcm.rds();
     if (rds.route_config_name().empty()) {

@@ -13,6 +13,7 @@
 #include "envoy/config/cluster/v3/cluster.pb.h"
 #include "envoy/config/endpoint/v3/endpoint.pb.h"
 #include "envoy/config/listener/v3/listener.pb.h"
+#include "source/common/log_file.h"
 #include "source/config/tls_config.h"
 #include "source/http/http_config.h"
 #include "source/network/address.h"
@@ -168,6 +169,8 @@ struct BuildOptions {
   std::string source;        // file name, for messages
   SecretMap secrets;         // static_resources.secrets
   SecretMap sds_secrets;     // secrets that arrived over SDS
+  // Opens access log files; null: they are checked but not opened (--mode validate).
+  LogFileManager* log_files = nullptr;
 };
 
 // Builds `out` from `bootstrap`. Returns false after appending every problem to `errors`.

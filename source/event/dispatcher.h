@@ -282,6 +282,9 @@ class Dispatcher {
   uint64_t NowMs() const { return now_ms_; }
   void UpdateTime();
   const std::string& name() const { return name_; }
+  // The worker this loop belongs to (0 for the main thread): its slot in per-worker buffers.
+  uint32_t worker_index() const { return worker_index_; }
+  void set_worker_index(uint32_t i) { worker_index_ = i; }
   bool IsThisThread() const;
 
  private:
@@ -319,6 +322,7 @@ class Dispatcher {
   void EndOrphans();
 
   std::string name_;
+  uint32_t worker_index_ = 0;
   int epoll_fd_;
   int wake_fd_;
   std::atomic<bool> exit_{false};

@@ -4,12 +4,32 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
+#include "source/common/free_blocks.h"
 #include "source/common/logger.h"
 
 namespace rpx {
+
+struct ServerConnection::StreamState : StreamInfo {
+  std::unique_ptr<Timer> request_timer;  // request_timeout; created when first needed
+  static void* operator new(size_t) { return FreeBlocks<sizeof(StreamState), 256>::Take(); }
+  static void operator delete(void* p) { FreeBlocks<sizeof(StreamState), 256>::Give(p); }
+};
+
+ServerConnection::StreamState& ServerConnection::state() {
+  if (!state_) state_.reset(new StreamState());
+  return *state_;
+}
+
+StreamInfo& ServerConnection::info() { return state(); }
+
+void ServerConnection::DisableRequestTimer() {
+  if (state_ && state_->request_timer) state_->request_timer->Disable();
+}
+
 namespace {
 // Unparsed bytes buffered while a request is in flight (pipelined requests) before we stop reading.
 constexpr size_t kMaxPipelinedBytes = 64 * 1024;
@@ -55,9 +75,11 @@ ServerConnection::ServerConnection(std::unique_ptr<Connection> conn,
   if (peer.family() == AF_INET) {
     peer_family_ = AF_INET;
     memcpy(peer_addr_, &reinterpret_cast<const sockaddr_in*>(&peer.storage)->sin_addr, 4);
+    peer_port_ = ntohs(reinterpret_cast<const sockaddr_in*>(&peer.storage)->sin_port);
   } else if (peer.family() == AF_INET6) {
     peer_family_ = AF_INET6;
     memcpy(peer_addr_, &reinterpret_cast<const sockaddr_in6*>(&peer.storage)->sin6_addr, 16);
+    peer_port_ = ntohs(reinterpret_cast<const sockaddr_in6*>(&peer.storage)->sin6_port);
   }
   conn_->SetCallbacks(this);
   if (config_->idle_timeout_ms) timer_.Enable(config_->idle_timeout_ms);
@@ -72,6 +94,48 @@ std::string ServerConnection::remote_ip() const {
   return buf;
 }
 
+std::string ServerConnection::remote_address() const {
+  if (peer_family_ == AF_INET6) return "[" + remote_ip() + "]:" + std::to_string(peer_port_);
+  if (peer_family_ == 0) return "";
+  return remote_ip() + ":" + std::to_string(peer_port_);
+}
+
+std::string ServerConnection::local_address() const {
+  // Asked only by formats that print it; not kept, so an idle connection does not carry it.
+  sockaddr_storage ss;
+  socklen_t len = sizeof(ss);
+  if (::getsockname(conn_->fd(), reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "";
+  return SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&ss), len).ToString();
+}
+
+std::string ServerConnection::requested_server_name() const {
+  if (conn_->plaintext()) return "";
+  return static_cast<const TlsTransport&>(conn_->transport()).server_name();
+}
+
+std::string ServerConnection::tls_version() const {
+  if (conn_->plaintext()) return "";
+  return static_cast<const TlsTransport&>(conn_->transport()).version();
+}
+
+std::string ServerConnection::tls_cipher() const {
+  if (conn_->plaintext()) return "";
+  return static_cast<const TlsTransport&>(conn_->transport()).cipher();
+}
+
+void ServerConnection::LogStream() {
+  if (config_->access_logs.empty()) return;
+  StreamInfo& si = info();
+  if (config_->record_times) si.end_ns = MonotonicNowNs();
+  FormatContext ctx;
+  ctx.info = &si;
+  ctx.request = parser_ ? &parser_->request() : nullptr;
+  ctx.response_headers = si.response_headers.get();
+  ctx.downstream = this;
+  uint32_t worker = conn_->dispatcher().worker_index();
+  for (const auto& log : config_->access_logs) log->Log(ctx, worker);
+}
+
 void ServerConnection::OnTimer() {
   // One timer serves two phases: without a stream it is the idle (or request headers) timeout,
   // with one the stream idle timeout.
@@ -81,6 +145,8 @@ void ServerConnection::OnTimer() {
   }
   if (parser_ && parser_->in_message()) {
     stats_.downstream_cx_headers_timeout.Inc();
+    info().Reset();
+    info().response_code_details = "request_header_timeout";
     SendLocalReply(408, "request headers timeout\n", nullptr, "text/plain");
   } else {
     stats_.downstream_cx_idle_timeout.Inc();
@@ -104,12 +170,15 @@ void ServerConnection::ReleaseParserIfIdle() {
       conn_->read_buffer().empty()) {
     Http1Parser::Release(std::move(parser_));
   }
+  if (state_ && !processing_ && !stream_active_) state_.reset();
 }
 
 void ServerConnection::OnRequestTimeout() {
   if (!stream_active_ || request_complete_) return;
   stats_.downstream_rq_timeout.Inc();
+  info().response_flags |= kDurationTimeout;
   if (!response_started_) {
+    info().response_code_details = "request_overall_timeout";
     SendLocalReply(408, "request timeout\n", nullptr, "text/plain");
   } else {
     ResetStream();
@@ -158,6 +227,9 @@ void ServerConnection::ProcessInput() {
       stats_.downstream_cx_protocol_error.Inc();
       RPX_LOG(kDebug, "downstream %s: bad request: %s", remote_ip(), parser.error_reason());
       in.Clear();
+      if (!stream_active_) info().Reset();
+      info().response_flags |= kDownstreamProtocolError;
+      info().response_code_details = "http1.codec_error";
       if (stream_active_ && response_started_) {
         // A response is already on its way; it cannot be completed.
         if (handler_) handler_->OnDownstreamReset();
@@ -218,29 +290,40 @@ void ServerConnection::OnHead() {
   stats_.downstream_rq_total.Inc();
   stats_.downstream_rq_active.Inc();
   conn_->dispatcher().AddPending(1);
-  stream_idle_ms_ = config_->stream_idle_timeout_ms;
+  StreamInfo& si = info();
+  si.Reset();
+  if (config_->record_times) {
+    si.start_ns = MonotonicNowNs();
+    si.start_unix_ns = UnixNowNs();
+    if (!request_has_body_) si.request_end_ns = si.start_ns;
+  }
+  stream_idle_ms_ =
+      static_cast<uint32_t>(std::min<uint64_t>(config_->stream_idle_timeout_ms, UINT32_MAX));
   if (stream_idle_ms_) {
     timer_.Enable(stream_idle_ms_);
   } else {
     timer_.Disable();
   }
   if (config_->request_timeout_ms && request_has_body_) {
-    if (!request_timer_) {
-      request_timer_ = conn_->dispatcher().CreateTimer([this] { OnRequestTimeout(); });
+    StreamState& st = state();
+    if (!st.request_timer) {
+      st.request_timer = conn_->dispatcher().CreateTimer([this] { OnRequestTimeout(); });
     }
-    request_timer_->Enable(config_->request_timeout_ms);
+    st.request_timer->Enable(config_->request_timeout_ms);
   }
   handler_ = factory_.CreateStream(*this);
   handler_->OnRequestHeaders(head, !request_has_body_);
 }
 
 void ServerConnection::OnBody(const char* data, size_t len) {
+  info().bytes_received += len;
   if (handler_) handler_->OnRequestData(data, len, false);
 }
 
 void ServerConnection::OnMessageComplete() {
   request_complete_ = true;
-  if (request_timer_) request_timer_->Disable();
+  DisableRequestTimer();
+  if (config_->record_times && request_has_body_) info().request_end_ns = MonotonicNowNs();
   if (handler_ && request_has_body_) handler_->OnRequestData(nullptr, 0, true);
 }
 
@@ -255,10 +338,11 @@ void ServerConnection::EncodeHeaders(ResponseHead& head, bool end_stream) {
     }
     response_started_ = true;
     CountStatus(101);
+    info().response_code = 101;
     upgraded_ = true;
     stats_.downstream_cx_upgrades_total.Inc();
     stats_.downstream_cx_upgrades_active.Inc();
-    if (request_timer_) request_timer_->Disable();
+    DisableRequestTimer();
     Buffer& out = conn_->write_buffer();
     AppendStatusLine(out, 101, head.reason);
     AppendHeaders(out, head.headers);  // the handler supplies Connection and Upgrade
@@ -271,6 +355,10 @@ void ServerConnection::EncodeHeaders(ResponseHead& head, bool end_stream) {
   }
   response_started_ = true;
   CountStatus(head.status);
+  info().response_code = head.status;
+  if (config_->record_response_headers) {
+    info().response_headers = std::make_unique<HeaderMap>(head.headers);
+  }
   bool no_body = response_no_body_ || StatusHasNoBody(head.status);
   bool http10 = req.version_minor == 0;
   if (!no_body && !head.has_content_length && !end_stream) {
@@ -322,6 +410,7 @@ void ServerConnection::EncodeHeaders(ResponseHead& head, bool end_stream) {
 void ServerConnection::EncodeData(const char* data, size_t len, bool end_stream) {
   if (closed_) return;
   if (stream_idle_ms_ && len) timer_.Enable(stream_idle_ms_);
+  if (!response_no_body_) info().bytes_sent += len;
   if (!response_no_body_ && len > 0 && !response_chunked_ && !end_stream) {
     conn_->WriteThrough(data, len);  // large bodies stream through without piling up here
     return;
@@ -390,6 +479,9 @@ void ServerConnection::SendLocalReply(int status, std::string_view body,
     out.Append(body);
     conn_->ScheduleWrite();
     response_started_ = false;
+    info().response_code = status;
+    info().bytes_sent = body.size();
+    LogStream();
     return;
   }
   EncodeHeaders(head, body.empty() || response_no_body_);
@@ -425,11 +517,12 @@ void ServerConnection::EndUpgrade() {
 
 void ServerConnection::EndStream() {
   if (!stream_active_) return;
+  LogStream();
   stream_active_ = false;
   stats_.downstream_rq_active.Dec();
   conn_->dispatcher().AddPending(-1);
   EndUpgrade();
-  if (request_timer_) request_timer_->Disable();
+  DisableRequestTimer();
   if (handler_) conn_->dispatcher().DeferredDelete(std::move(handler_));
   upstream_backpressure_ = false;
 }
@@ -483,11 +576,12 @@ Connection* ServerConnection::SpliceTarget() {
 }
 
 void ServerConnection::OnDataSpliced(uint64_t bytes) {
+  info().bytes_sent += bytes;
   if (stream_idle_ms_ && bytes) timer_.Enable(stream_idle_ms_);
 }
 
 void ServerConnection::SetStreamIdleTimeout(uint64_t ms) {
-  stream_idle_ms_ = ms;
+  stream_idle_ms_ = static_cast<uint32_t>(std::min<uint64_t>(ms, UINT32_MAX));
   if (!stream_active_) return;
   if (ms) {
     timer_.Enable(ms);
@@ -499,6 +593,8 @@ void ServerConnection::SetStreamIdleTimeout(uint64_t ms) {
 void ServerConnection::OnStreamIdleTimeout() {
   if (!stream_active_) return;
   stats_.downstream_rq_idle_timeout.Inc();
+  info().response_flags |= kStreamIdleTimeout;
+  if (!response_started_) info().response_code_details = "stream_idle_timeout";
   if (handler_) handler_->OnDownstreamReset();
   if (!response_started_) {
     close_after_response_ = true;
@@ -533,9 +629,10 @@ void ServerConnection::Close(bool flush) {
   stream_was_active_at_close_ = stream_active_ || request_has_body_;
   stats_.downstream_cx_active.Dec();
   timer_.Disable();
-  if (request_timer_) request_timer_->Disable();
+  DisableRequestTimer();
   if (resume_timer_) resume_timer_->Disable();
   if (stream_active_) {
+    LogStream();
     stream_active_ = false;
     stats_.downstream_rq_active.Dec();
     conn_->dispatcher().AddPending(-1);
@@ -577,7 +674,13 @@ void ServerConnection::OnEvent(ConnectionEvent event) {
       Close(false);
       return;
     }
-    if (stream_active_) stats_.downstream_rq_rx_reset.Inc();
+    if (stream_active_) {
+      stats_.downstream_rq_rx_reset.Inc();
+      if (event == ConnectionEvent::kRemoteClose) {
+        info().response_flags |= kDownstreamConnectionTermination;
+        if (!response_started_) info().response_code_details = "downstream_remote_disconnect";
+      }
+    }
     Close(false);
   }
 }

@@ -57,6 +57,15 @@ class ServerConnection : public ConnectionCallbacks,
   std::string remote_ip() const override;
   bool is_tls() const override { return !conn_->plaintext(); }
   bool PeerCertificate(PeerCertificateInfo* out) const override;
+  std::string remote_address() const override;
+  std::string local_address() const override;
+  std::string requested_server_name() const override;
+  std::string tls_version() const override;
+  std::string tls_cipher() const override;
+  StreamInfo& stream_info() override { return info(); }
+  const RequestHead* request_head() const override {
+    return parser_ ? &parser_->request() : nullptr;
+  }
 
  protected:
   // Runs once when the connection closes (the owner then defer-deletes it); not on destruction.
@@ -79,6 +88,8 @@ class ServerConnection : public ConnectionCallbacks,
   void ReleaseParserIfIdle();
   void OnRequestTimeout();
   void ResumeSoon();
+  // Writes the stream's access log lines (the stream is ending; its handler still exists).
+  void LogStream();
 
   std::unique_ptr<Connection> conn_;
   std::shared_ptr<const HttpConfig> config_;
@@ -90,14 +101,24 @@ class ServerConnection : public ConnectionCallbacks,
   std::unique_ptr<StreamHandler> handler_;
   // Idle / request headers timeout without a stream; stream idle timeout with one.
   MemberTimer<ServerConnection, &ServerConnection::OnTimer> timer_;
-  std::unique_ptr<Timer> request_timer_;  // request_timeout; created when first needed
-  std::unique_ptr<Timer> resume_timer_;   // see ResumeSoon; created when first needed
-  uint64_t stream_idle_ms_ = 0;  // this stream's idle timeout (the listener's, or the route's)
+  std::unique_ptr<Timer> resume_timer_;  // see ResumeSoon; created when first needed
+  // This stream's idle timeout (the listener's, or the route's), in ms; 32 bits (49 days) keep
+  // the connection object small.
+  uint32_t stream_idle_ms_ = 0;
   uint32_t requests_ = 0;
+  // What happened to the request in flight, and its request_timeout timer; like the parser, it
+  // exists only while a request is being served (an idle connection stays small), and comes
+  // from a per-thread free list.
+  struct StreamState;
+  std::unique_ptr<StreamState> state_;
+  StreamState& state();
+  StreamInfo& info();
+  void DisableRequestTimer();
   // The client's address without the port (in_addr or in6_addr by peer_family_); remote_ip()
   // formats it for each request's x-forwarded-for.
   uint8_t peer_family_ = 0;
   uint8_t peer_addr_[16] = {};
+  uint16_t peer_port_ = 0;
   bool stream_active_ : 1;
   bool request_complete_ : 1;
   bool request_has_body_ : 1;

@@ -17,6 +17,7 @@
 
 #include "source/event/dispatcher.h"
 #include "source/http/headers.h"
+#include "source/http/stream_info.h"
 #include "source/network/address.h"
 #include "source/tls/tls_transport.h"
 
@@ -50,6 +51,18 @@ class ResponseEncoder {
   virtual bool is_tls() const = 0;
   // The client's TLS certificate (mTLS); false when there is none.
   virtual bool PeerCertificate(PeerCertificateInfo* out) const { return false; }
+  // Facts for access logs and header formatters ("" when unknown): "ip:port" of each end, the
+  // SNI the client sent, the TLS version and cipher.
+  virtual std::string remote_address() const { return ""; }
+  virtual std::string local_address() const { return ""; }
+  virtual std::string requested_server_name() const { return ""; }
+  virtual std::string tls_version() const { return ""; }
+  virtual std::string tls_cipher() const { return ""; }
+  // What happened to this stream so far; the handler adds what it decides (route, cluster,
+  // upstream host, why it answered locally). Valid until the stream ends.
+  virtual StreamInfo& stream_info() = 0;
+  // The request as it is now (after the handler's rewrites), for header formatters.
+  virtual const RequestHead* request_head() const { return nullptr; }
 };
 
 class StreamHandler : public DeferredDeletable {

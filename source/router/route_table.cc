@@ -50,13 +50,16 @@ absl::StatusOr<HeaderOps> BuildHeaderOps(
     if (h.key[0] == ':' || h.key == "host") {
       return Err(p, absl::StrCat("header '", h.key, "' cannot be modified here"));
     }
-    // Envoy's %VARIABLE% formatters are not implemented: sending them literally would be wrong.
-    if (h.value.find('%') != std::string::npos &&
-        absl::StrReplaceAll(h.value, {{"%%", ""}}).find('%') != std::string::npos) {
-      return Err(p + ".header.value",
-                 "header value formatters (%...%) are not supported; write %% for a literal %");
+    // Envoy's command operators (%DOWNSTREAM_REMOTE_ADDRESS%, %REQ(x)%, ...); "%%" is a '%'.
+    if (h.value.find('%') != std::string::npos) {
+      auto f = Formatter::Text(h.value, Formatter::Options{.omit_empty_values = true});
+      if (!f.ok()) return Err(p + ".header.value", std::string(f.status().message()));
+      if ((*f)->has_operators()) {
+        h.formatter = *f;
+      } else {
+        h.value = (*f)->Format(FormatContext());
+      }
     }
-    h.value = absl::StrReplaceAll(h.value, {{"%%", "%"}});
     if (o.has_append()) {
       h.action = o.append().value() ? HeaderToAdd::Action::kAppendOrAdd
                                     : HeaderToAdd::Action::kOverwriteOrAdd;
@@ -341,6 +344,11 @@ std::string_view StripPort(std::string_view host) {
 
 }  // namespace
 
+absl::StatusOr<HeaderMatch> BuildHeaderMatcher(const envoy::config::route::v3::HeaderMatcher& m,
+                                               const std::string& path) {
+  return BuildHeaderMatch(m, FieldPath(path));
+}
+
 absl::StatusOr<StringMatch> StringMatch::Create(const envoy::type::matcher::v3::StringMatcher& m,
                                                 const std::string& path) {
   using SM = envoy::type::matcher::v3::StringMatcher;
@@ -436,22 +444,29 @@ bool HeaderMatch::Matches(const HeaderMap& headers) const {
   return result != invert;
 }
 
-void HeaderOps::Apply(HeaderMap& headers) const {
+void HeaderOps::Apply(HeaderMap& headers, const FormatContext& ctx) const {
   for (const auto& name : remove) headers.Remove(name);
+  std::string formatted;
   for (const auto& h : add) {
-    if (h.value.empty() && !h.keep_empty) continue;
+    const std::string* value = &h.value;
+    if (h.formatter) {
+      formatted.clear();
+      h.formatter->Format(ctx, &formatted);
+      value = &formatted;
+    }
+    if (value->empty() && !h.keep_empty) continue;
     switch (h.action) {
       case HeaderToAdd::Action::kAppendOrAdd:
-        headers.Add(h.key, h.value);
+        headers.Add(h.key, *value);
         break;
       case HeaderToAdd::Action::kAddIfAbsent:
-        if (!headers.Get(h.key)) headers.Add(h.key, h.value);
+        if (!headers.Get(h.key)) headers.Add(h.key, *value);
         break;
       case HeaderToAdd::Action::kOverwriteOrAdd:
-        headers.Set(h.key, h.value);
+        headers.Set(h.key, *value);
         break;
       case HeaderToAdd::Action::kOverwriteIfExists:
-        if (headers.Get(h.key)) headers.Set(h.key, h.value);
+        if (headers.Get(h.key)) headers.Set(h.key, *value);
         break;
     }
   }

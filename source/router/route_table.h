@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "envoy/config/route/v3/route.pb.h"
 #include "re2/re2.h"
+#include "source/http/formatter.h"
 #include "source/http/headers.h"
 
 namespace rpx {
@@ -50,6 +51,10 @@ struct HeaderMatch {
   bool Matches(const HeaderMap& headers) const;
 };
 
+// A HeaderMatcher outside a route (access log header filters); errors name `path`.
+absl::StatusOr<HeaderMatch> BuildHeaderMatcher(const envoy::config::route::v3::HeaderMatcher& m,
+                                               const std::string& path);
+
 struct QueryParamMatch {
   std::string name;
   bool present_only = false;
@@ -61,6 +66,9 @@ struct HeaderToAdd {
   enum class Action { kAppendOrAdd, kAddIfAbsent, kOverwriteOrAdd, kOverwriteIfExists };
   std::string key;  // lower case
   std::string value;
+  // Set when the value has command operators (%DOWNSTREAM_REMOTE_ADDRESS%): formatted for each
+  // request; a value that comes out empty is not added (unless keep_empty).
+  std::shared_ptr<const Formatter> formatter;
   Action action = Action::kAppendOrAdd;
   bool keep_empty = false;
 };
@@ -69,7 +77,8 @@ struct HeaderOps {
   std::vector<HeaderToAdd> add;
   std::vector<std::string> remove;  // lower case
   bool empty() const { return add.empty() && remove.empty(); }
-  void Apply(HeaderMap& headers) const;
+  // `ctx` is what value formatters read.
+  void Apply(HeaderMap& headers, const FormatContext& ctx) const;
 };
 
 struct WeightedTarget {

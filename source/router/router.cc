@@ -1,5 +1,7 @@
 #include "source/router/router.h"
 
+#include <sys/socket.h>
+
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -45,7 +47,16 @@ class RouterStream final : public StreamHandler, public PoolCallbacks, public Re
   void ForwardClientCert(const HttpConfig& config, HeaderMap& h);
   void StartRouteTimer();
   void OnRouteTimeout();
-  void LocalReply(int status, std::string_view body);
+  // Answers for rpx itself; `flags` and `details` say why, for access logs.
+  void LocalReply(int status, std::string_view body, uint32_t flags, const char* details);
+  FormatContext Context(const HeaderMap* response_headers) const {
+    FormatContext ctx;
+    ctx.info = &encoder_.stream_info();
+    ctx.request = head_;
+    ctx.response_headers = response_headers;
+    ctx.downstream = &encoder_;
+    return ctx;
+  }
   void Cleanup();
   void Finish();
 
@@ -83,7 +94,11 @@ bool UpgradeAllowed(const HttpConfig& config, const RouteEntry& route, std::stri
   return false;
 }
 
-void RouterStream::LocalReply(int status, std::string_view body) {
+void RouterStream::LocalReply(int status, std::string_view body, uint32_t flags,
+                              const char* details) {
+  StreamInfo& info = encoder_.stream_info();
+  info.response_flags |= flags;
+  info.response_code_details = details;
   done_ = true;
   Cleanup();
   encoder_.SendLocalReply(status, body, nullptr, "text/plain");
@@ -93,28 +108,33 @@ void RouterStream::OnRequestHeaders(RequestHead& head, bool end_stream) {
   head_ = &head;
   request_complete_ = end_stream;
   HttpStats& stats = router_.stats();
+  StreamInfo& info = encoder_.stream_info();
   route_ = routes_->Route(head, &vhost_);
   if (!route_) {
     stats.no_route.Inc();
-    LocalReply(404, "no route matched this request\n");
+    LocalReply(404, "no route matched this request\n", kNoRouteFound, "route_not_found");
     return;
   }
+  info.route_name = &route_->name;
   switch (route_->action) {
     case RouteEntry::Action::kDirectResponse: {
       stats.rq_direct_response.Inc();
+      info.response_code_details = "direct_response";
       done_ = true;
       HeaderMap extra;
       if (!route_->response_ops.empty() || !vhost_->response_ops.empty() ||
           !routes_->response_ops().empty()) {
-        route_->response_ops.Apply(extra);
-        vhost_->response_ops.Apply(extra);
-        routes_->response_ops().Apply(extra);
+        FormatContext ctx = Context(&extra);
+        route_->response_ops.Apply(extra, ctx);
+        vhost_->response_ops.Apply(extra, ctx);
+        routes_->response_ops().Apply(extra, ctx);
       }
       encoder_.SendLocalReply(route_->direct_status, route_->direct_body, &extra, "text/plain");
       return;
     }
     case RouteEntry::Action::kRedirect: {
       stats.rq_redirect.Inc();
+      info.response_code_details = "direct_response";
       done_ = true;
       HeaderMap extra;
       extra.Add("location", route_->RedirectLocation(head, encoder_.is_tls()));
@@ -133,7 +153,8 @@ void RouterStream::OnRequestHeaders(RequestHead& head, bool end_stream) {
     } else if (!UpgradeAllowed(router_.config(), *route_, head.upgrade)) {
       stats.downstream_rq_ws_on_non_ws_route.Inc();
       LocalReply(403,
-                 absl::StrCat("upgrade to '", head.upgrade, "' is not enabled for this route\n"));
+                 absl::StrCat("upgrade to '", head.upgrade, "' is not enabled for this route\n"), 0,
+                 "upgrade_failed");
       return;
     } else {
       upgrade_ = true;
@@ -141,21 +162,24 @@ void RouterStream::OnRequestHeaders(RequestHead& head, bool end_stream) {
   }
   if (route_->has_idle_timeout) encoder_.SetStreamIdleTimeout(route_->idle_timeout_ms);
   const std::string& cluster_name = weighted_ ? weighted_->cluster : route_->cluster;
+  info.cluster_name = &cluster_name;
   cluster_ = router_.clusters().Get(cluster_name);
   if (!cluster_) {
     stats.no_cluster.Inc();
-    LocalReply(503, absl::StrCat("cluster not found: ", cluster_name, "\n"));
+    LocalReply(503, absl::StrCat("cluster not found: ", cluster_name, "\n"), kNoClusterFound,
+               "cluster_not_found");
     return;
   }
   ClusterStats& cstats = cluster_->stats();
   pool_ = cluster_->ChoosePool(router_.random().Next());
   if (!pool_) {
-    LocalReply(503, "no healthy upstream\n");
+    LocalReply(503, "no healthy upstream\n", kNoHealthyUpstream, "no_healthy_upstream");
     return;
   }
+  info.upstream_address = &pool_->host().address;
   if (!pool_->cluster().resources->TryAcquireRequest()) {
     cstats.upstream_rq_pending_overflow.Inc();
-    LocalReply(503, "upstream overflow: too many active requests\n");
+    LocalReply(503, "upstream overflow: too many active requests\n", kUpstreamOverflow, "overflow");
     return;
   }
   request_resource_ = true;
@@ -174,7 +198,8 @@ void RouterStream::OnRequestHeaders(RequestHead& head, bool end_stream) {
     }
     ConnPool* p = cluster_->PoolForSni(pool_, sni);
     if (!p) {
-      LocalReply(503, "upstream overflow: too many distinct SNI names in use for this host\n");
+      LocalReply(503, "upstream overflow: too many distinct SNI names in use for this host\n",
+                 kUpstreamOverflow, "overflow");
       return;
     }
     pool_ = p;
@@ -220,10 +245,11 @@ void RouterStream::RewriteRequest(RequestHead& head, const VirtualHostEntry& vh,
     h.Add("x-request-id", std::string_view(id, sizeof(id)));
   }
   // Envoy's order: the most specific level first.
-  if (wt) wt->request_ops.Apply(h);
-  route_->request_ops.Apply(h);
-  vh.request_ops.Apply(h);
-  routes_->request_ops().Apply(h);
+  FormatContext ctx = Context(nullptr);
+  if (wt) wt->request_ops.Apply(h, ctx);
+  route_->request_ops.Apply(h, ctx);
+  vh.request_ops.Apply(h, ctx);
+  routes_->request_ops().Apply(h, ctx);
   // Path and host rewrites.
   if (!route_->prefix_rewrite.empty() && route_->path_kind != RouteEntry::PathKind::kRegex) {
     size_t matched = route_->path_value.size();
@@ -253,13 +279,15 @@ void RouterStream::StartRouteTimer() {
 void RouterStream::OnRouteTimeout() {
   if (done_) return;
   cluster_->stats().upstream_rq_timeout.Inc();
+  StreamInfo& info = encoder_.stream_info();
+  info.response_flags |= kUpstreamRequestTimeout;
   if (encoder_.response_started()) {
     done_ = true;
     Cleanup();
     encoder_.ResetStream();
     return;
   }
-  LocalReply(504, "upstream request timeout\n");
+  LocalReply(504, "upstream request timeout\n", 0, "upstream_response_timeout");
 }
 
 void RouterStream::OnRequestData(const char* data, size_t len, bool end_stream) {
@@ -293,6 +321,14 @@ void RouterStream::OnRequestData(const char* data, size_t len, bool end_stream) 
 void RouterStream::OnPoolReady(UpstreamClient& client) {
   pending_ = nullptr;
   client_ = &client;
+  if (router_.config().record_upstream_local_address) {
+    sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    if (::getsockname(client.fd(), reinterpret_cast<sockaddr*>(&ss), &len) == 0) {
+      encoder_.stream_info().upstream_local_address =
+          SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&ss), len).ToString();
+    }
+  }
   client.StartRequest(this, *head_);
   if (!body_.empty() || request_complete_) {
     if (!body_.empty() || head_->has_body()) {
@@ -310,18 +346,26 @@ void RouterStream::OnPoolFailure(PoolFailure reason, const std::string& detail) 
   pending_ = nullptr;
   switch (reason) {
     case PoolFailure::kOverflow:
-      LocalReply(503, detail + "\n");
+      LocalReply(503, detail + "\n", kUpstreamOverflow, "overflow");
       return;
     case PoolFailure::kConnectTimeout:
-      LocalReply(503, "upstream connect timeout\n");
+      encoder_.stream_info().upstream_transport_failure_reason = "connection timeout";
+      LocalReply(503, "upstream connect timeout\n", kUpstreamConnectionFailure,
+                 "upstream_reset_before_response_started{connection_timeout}");
       return;
     default:
-      LocalReply(503, absl::StrCat("upstream connect error: ", detail, "\n"));
+      encoder_.stream_info().upstream_transport_failure_reason = detail;
+      LocalReply(503, absl::StrCat("upstream connect error: ", detail, "\n"),
+                 kUpstreamConnectionFailure,
+                 "upstream_reset_before_response_started{connection_failure}");
   }
 }
 
 void RouterStream::OnResponseHeaders(ResponseHead& head, bool end_stream) {
   if (done_) return;
+  StreamInfo& info = encoder_.stream_info();
+  info.response_code_details = "via_upstream";
+  if (router_.config().record_times) info.upstream_first_byte_ns = MonotonicNowNs();
   ClusterStats& cs = cluster_->stats();
   int s = head.status;
   if (s < 300) {
@@ -345,10 +389,11 @@ void RouterStream::OnResponseHeaders(ResponseHead& head, bool end_stream) {
     head.headers.Add("connection", "upgrade");
     head.headers.Add("upgrade", upgrade.empty() ? head_->upgrade : upgrade);
   }
-  if (weighted_) weighted_->response_ops.Apply(head.headers);
-  route_->response_ops.Apply(head.headers);
-  vhost_->response_ops.Apply(head.headers);
-  routes_->response_ops().Apply(head.headers);
+  FormatContext ctx = Context(&head.headers);
+  if (weighted_) weighted_->response_ops.Apply(head.headers, ctx);
+  route_->response_ops.Apply(head.headers, ctx);
+  vhost_->response_ops.Apply(head.headers, ctx);
+  routes_->response_ops().Apply(head.headers, ctx);
   encoder_.EncodeHeaders(head, end_stream);
 }
 
@@ -366,13 +411,22 @@ void RouterStream::OnResponseData(const char* data, size_t len, bool end_stream)
 void RouterStream::OnUpstreamReset(UpstreamResetReason reason, const std::string& detail) {
   client_ = nullptr;
   if (done_) return;
+  StreamInfo& info = encoder_.stream_info();
+  bool protocol = reason == UpstreamResetReason::kProtocolError;
+  info.response_flags |= protocol ? kUpstreamProtocolError : kUpstreamConnectionTermination;
+  info.upstream_transport_failure_reason = detail;
   if (encoder_.response_started()) {
+    info.response_code_details =
+        protocol ? "upstream_reset_after_response_started{protocol_error}"
+                 : "upstream_reset_after_response_started{connection_termination}";
     done_ = true;
     Cleanup();
     encoder_.ResetStream();
     return;
   }
-  LocalReply(502, detail + "\n");
+  LocalReply(502, detail + "\n", 0,
+             protocol ? "upstream_reset_before_response_started{protocol_error}"
+                      : "upstream_reset_before_response_started{connection_termination}");
 }
 
 void RouterStream::OnUpstreamWriteWatermark(bool above) { encoder_.ReadDisable(above); }

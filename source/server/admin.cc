@@ -105,7 +105,8 @@ std::string Admin::Handle(const RequestHead& head, int* status, std::string* con
         "\"},\"concurrency\":", concurrency_, "}\n");
   }
   bool mutating = path == "/quitquitquit" || path == "/drain_listeners" ||
-                  path == "/healthcheck/fail" || path == "/healthcheck/ok";
+                  path == "/healthcheck/fail" || path == "/healthcheck/ok" ||
+                  path == "/reopen_logs";
   if (mutating && head.method != "POST") {
     *status = 405;
     return "use POST\n";
@@ -124,10 +125,14 @@ std::string Admin::Handle(const RequestHead& head, int* status, std::string* con
     health_failed_ = path == "/healthcheck/fail";
     return "OK\n";
   }
+  if (path == "/reopen_logs") {
+    if (reopen_logs_) reopen_logs_();
+    return "OK\n";
+  }
   if (path == "/") {
     return "rpx admin\n  /ready\n  /stats\n  /server_info\n  /config_dump\n  /quitquitquit "
            "(POST)\n  /drain_listeners[?graceful] (POST)\n  /healthcheck/fail, /healthcheck/ok "
-           "(POST)\n";
+           "(POST)\n  /reopen_logs (POST)\n";
   }
   *status = 404;
   return absl::StrCat("unknown admin path: ", path, "\n");

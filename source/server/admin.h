@@ -8,6 +8,7 @@
 //   POST /drain_listeners[?graceful]  stops accepting and drains connections (the server stays)
 //   POST /healthcheck/fail, /healthcheck/ok  /ready answers 503 (or again 200), for load
 //                     balancers that take the node out before it is stopped
+//   POST /reopen_logs  reopens the access log files (after logrotate renamed them)
 // It reuses the HTTP/1 ServerConnection with its own StreamHandler; it must be bound to loopback
 // in shipped configs (it can stop the server).
 #pragma once
@@ -40,6 +41,8 @@ class Admin : public StreamHandlerFactory {
   void set_drain_listeners(std::function<void(bool gradual)> fn) {
     drain_listeners_ = std::move(fn);
   }
+  // What POST /reopen_logs does.
+  void set_reopen_logs(std::function<void()> fn) { reopen_logs_ = std::move(fn); }
   // Readiness beyond "started" (xDS initialization), and the /config_dump body.
   void set_hooks(std::function<bool()> initialized, std::function<std::string()> config_dump,
                  std::function<void(std::map<std::string, int64_t>*)> extra_stats) {
@@ -68,6 +71,7 @@ class Admin : public StreamHandlerFactory {
     return ready_ && !draining_ && !health_failed_ && (!initialized_ || initialized_());
   }
   std::function<void(bool)> drain_listeners_;
+  std::function<void()> reopen_logs_;
   std::function<bool()> initialized_;
   std::function<std::string()> config_dump_;
   std::function<void(std::map<std::string, int64_t>*)> extra_stats_;

@@ -118,6 +118,7 @@ ConfigManager::~ConfigManager() {
 BuildOptions ConfigManager::Options(const std::string& source) const {
   BuildOptions o;
   o.stats_slots = concurrency_;
+  o.log_files = log_files_;
   o.source = source;
   o.secrets = static_secrets_;
   for (const auto& [name, secret] : secrets_) o.sds_secrets[name] = secret.proto;

@@ -41,6 +41,8 @@ class ConfigManager : public XdsApplier {
   // route and endpoint names the static listeners and clusters already reference (so its first
   // requests ask for them).
   void AttachXds(XdsClient* xds);
+  // Where listeners that arrive over LDS open their access logs (the bootstrap's files).
+  void set_log_files(LogFileManager* files) { log_files_ = files; }
   // A static STRICT_DNS cluster was re-resolved.
   void UpdateStaticHosts(const std::string& cluster, std::shared_ptr<const HostSet> hosts);
 
@@ -153,6 +155,7 @@ class ConfigManager : public XdsApplier {
   const envoy::config::bootstrap::v3::Bootstrap& bootstrap_;
   ServerConfig& config_;  // config_.listeners / clusters: what is active now
   uint32_t concurrency_;
+  LogFileManager* log_files_ = nullptr;
   uint64_t drain_ms_;
   XdsClient* xds_ = nullptr;
   bool connected_ = false;

@@ -26,7 +26,8 @@ namespace rpx {
 namespace {
 
 bool LoadConfig(const ServerOptions& options, uint32_t workers, bool resolve_dns,
-                envoy::config::bootstrap::v3::Bootstrap* bootstrap, ServerConfig* out) {
+                LogFileManager* log_files, envoy::config::bootstrap::v3::Bootstrap* bootstrap,
+                ServerConfig* out) {
   std::vector<std::string> errors;
   bool ok = LoadYamlFile(options.config_path, bootstrap, &errors);
   if (ok) {
@@ -42,6 +43,7 @@ bool LoadConfig(const ServerOptions& options, uint32_t workers, bool resolve_dns
     bo.stats_slots = workers;
     bo.resolve_dns = resolve_dns;
     bo.source = options.config_path;
+    bo.log_files = log_files;
     ok = BuildServerConfig(*bootstrap, bo, out, &errors);
   }
   for (const auto& e : errors) fprintf(stderr, "error: %s\n", e.c_str());
@@ -65,7 +67,12 @@ int RunServer(const ServerOptions& options) {
   if (workers == 0) workers = std::max(1u, std::thread::hardware_concurrency());
   envoy::config::bootstrap::v3::Bootstrap bootstrap;
   ServerConfig config;
-  if (!LoadConfig(options, workers, !options.validate_only, &bootstrap, &config)) return 1;
+  // Access log files outlive every configuration that writes to them (and the workers).
+  LogFileManager log_files(workers);
+  if (!LoadConfig(options, workers, !options.validate_only,
+                  options.validate_only ? nullptr : &log_files, &bootstrap, &config)) {
+    return 1;
+  }
   if (options.validate_only) {
     printf("configuration '%s' OK\n", options.config_path.c_str());
     return 0;
@@ -76,6 +83,7 @@ int RunServer(const ServerOptions& options) {
   sigemptyset(&mask);
   sigaddset(&mask, SIGTERM);
   sigaddset(&mask, SIGINT);
+  sigaddset(&mask, SIGUSR1);  // reopen access logs (logrotate)
   pthread_sigmask(SIG_BLOCK, &mask, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
@@ -101,6 +109,7 @@ int RunServer(const ServerOptions& options) {
   for (uint32_t w = 0; w < workers; ++w) {
     worker_list.push_back(std::make_unique<Worker>(w));
     worker_list[w]->set_drain_ms(options.drain_time_ms);
+    worker_list[w]->set_log_files(&log_files);
     worker_list[w]->dispatcher().SetBatchWait(options.batch_wait_us);
     worker_list[w]->dispatcher().SetReadBatching(options.read_batching);
     worker_list[w]->dispatcher().SetWriteBatching(options.write_batching);
@@ -112,6 +121,7 @@ int RunServer(const ServerOptions& options) {
   };
   auto manager = std::make_unique<ConfigManager>(main_dispatcher, worker_list, bootstrap, config,
                                                  workers, options.drain_time_ms);
+  manager->set_log_files(&log_files);
   std::string error;
   // Sockets first: a bind failure is a startup error.
   if (!manager->StartStatic(&error)) {
@@ -130,24 +140,35 @@ int RunServer(const ServerOptions& options) {
     admin = std::make_unique<Admin>(main_dispatcher, manager->current(), workers, quit);
     ConfigManager* m = manager.get();
     XdsClient** xds_ref = &xds_client_ptr;
-    admin->set_hooks([m] { return m->initialized(); }, [m] { return m->ConfigDumpJson(); },
-                     [m, xds_ref](std::map<std::string, int64_t>* out) {
-                       XdsClient* x = *xds_ref;
-                       if (!x) return;
-                       (*out)["control_plane.connected"] = x->connected() ? 1 : 0;
-                       (*out)["control_plane.ignored_fields"] = m->ignored_fields();
-                       (*out)["control_plane.route_updates_measured"] = m->route_updates();
-                       (*out)["control_plane.last_route_propagation_us"] =
-                           m->last_route_propagation_us();
-                       for (const auto& [type, st] : x->status()) {
-                         std::string t = type.substr(type.rfind('.') + 1);
-                         (*out)["control_plane." + t + ".update_success"] = st.updates;
-                         (*out)["control_plane." + t + ".update_rejected"] = st.nacks;
-                       }
-                     });
+    admin->set_hooks(
+        [m] { return m->initialized(); }, [m] { return m->ConfigDumpJson(); },
+        [m, xds_ref, &log_files](std::map<std::string, int64_t>* out) {
+          // Envoy's names, summed over the access log files.
+          for (const auto& f : log_files.Files()) {
+            const LogFile::Stats& st = f->stats();
+            (*out)["filesystem.write_buffered"] += st.write_buffered.load();
+            (*out)["filesystem.write_completed"] += st.write_completed.load();
+            (*out)["filesystem.write_failed"] += st.write_failed.load();
+            (*out)["filesystem.write_dropped"] += st.write_dropped.load();
+            (*out)["filesystem.reopen_failed"] += st.reopen_failed.load();
+            (*out)["filesystem.write_total_buffered"] += st.write_total_buffered.load();
+          }
+          XdsClient* x = *xds_ref;
+          if (!x) return;
+          (*out)["control_plane.connected"] = x->connected() ? 1 : 0;
+          (*out)["control_plane.ignored_fields"] = m->ignored_fields();
+          (*out)["control_plane.route_updates_measured"] = m->route_updates();
+          (*out)["control_plane.last_route_propagation_us"] = m->last_route_propagation_us();
+          for (const auto& [type, st] : x->status()) {
+            std::string t = type.substr(type.rfind('.') + 1);
+            (*out)["control_plane." + t + ".update_success"] = st.updates;
+            (*out)["control_plane." + t + ".update_rejected"] = st.nacks;
+          }
+        });
     admin->set_drain_listeners([&worker_list, &options](bool gradual) {
       for (auto& w : worker_list) w->Drain(options.drain_time_ms, gradual);
     });
+    admin->set_reopen_logs([&log_files] { log_files.ReopenAll(); });
     admin->Start(admin_fd);
   }
 
@@ -215,6 +236,11 @@ int RunServer(const ServerOptions& options) {
       [&](uint32_t) {
         struct signalfd_siginfo si;
         while (read(sfd, &si, sizeof(si)) == sizeof(si)) {
+          if (si.ssi_signo == SIGUSR1) {
+            RPX_LOG(kInfo, "caught SIGUSR1: reopening access logs");
+            log_files.ReopenAll();
+            continue;
+          }
           if (draining || options.drain_time_ms == 0) {
             RPX_LOG(kInfo, "caught signal %u, shutting down", si.ssi_signo);
             quit();
@@ -235,6 +261,7 @@ int RunServer(const ServerOptions& options) {
 
   if (xds) xds->Stop();
   stop_workers();
+  log_files.Stop();  // what the workers buffered last
   dns_timers.clear();
   signal_event.reset();
   close(sfd);

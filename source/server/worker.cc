@@ -16,7 +16,9 @@ Worker::Worker(uint32_t index)
       dispatcher_(absl::StrCat("worker_", index)),
       random_(static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
               (0x5bd1e995ULL * (index + 1))),
-      clusters_(dispatcher_, index) {}
+      clusters_(dispatcher_, index) {
+  dispatcher_.set_worker_index(index);
+}
 
 Worker::~Worker() { Stop(); }
 
@@ -24,7 +26,16 @@ void Worker::Start(std::shared_ptr<const ClusterMap> clusters) {
   clusters_.Apply(*clusters);
   thread_ = std::thread([this] {
     RPX_LOG(kDebug, "worker %u started", index_);
+    std::unique_ptr<Timer> log_flush;
+    if (log_files_) {
+      log_flush = dispatcher_.CreateTimer([this, &log_flush] {
+        for (const auto& f : log_files_->Files()) f->FlushWorker(index_);
+        log_flush->Enable(1000);
+      });
+      log_flush->Enable(1000);
+    }
     dispatcher_.Run();
+    log_flush.reset();
     // Tear down on this thread: connections and pools belong to it.
     listeners_.clear();
     draining_.clear();

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "source/common/log_file.h"
 #include "source/common/random.h"
 #include "source/config/server_config.h"
 #include "source/event/dispatcher.h"
@@ -56,6 +57,9 @@ class Worker {
   uint32_t index() const { return index_; }
   // How long connections of a listener replaced under the same name (new address) may finish.
   void set_drain_ms(uint64_t ms) { drain_ms_ = ms; }
+  // Access log files: this worker hands its buffered lines to their writers once a second.
+  // Before Start.
+  void set_log_files(LogFileManager* files) { log_files_ = files; }
   Dispatcher& dispatcher() { return dispatcher_; }
 
  private:
@@ -171,6 +175,7 @@ class Worker {
   }
 
   uint32_t index_;
+  LogFileManager* log_files_ = nullptr;
   std::atomic<uint64_t> drain_ms_{5000};  // for listeners replaced by a new address
   Dispatcher dispatcher_;
   Random random_;

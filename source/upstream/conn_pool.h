@@ -80,6 +80,7 @@ class UpstreamClient : public ConnectionCallbacks,
   void Reset();
   void ReadDisable(bool disable) { conn_->ReadDisable(disable); }
   const Host& host() const;
+  int fd() const { return conn_->fd(); }
 
   // ConnectionCallbacks
   void OnData(Buffer& in) override;

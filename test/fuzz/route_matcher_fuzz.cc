@@ -502,14 +502,17 @@ void CheckRequest(const Spec& spec, const RouteTable& table, const SpecRequest& 
   // Header operations: removed names are gone unless the same scope adds them back.
   HeaderMap headers = req.headers;
   for (const HeaderOps* ops : {&route->request_ops, &vh->request_ops, &table.request_ops()}) {
-    ops->Apply(headers);
+    FormatContext ctx;  // value formatters (%REQ(...)%) read the request
+    ctx.request = &req;
+    ops->Apply(headers, ctx);
     for (const auto& name : ops->remove) {
       bool readded = false;
       for (const auto& h : ops->add) readded |= h.key == name;
       if (!readded) FUZZ_CHECK(!headers.Get(name));
     }
     for (const auto& h : ops->add) {
-      if (h.value.empty() && !h.keep_empty) continue;
+      std::string value = h.formatter ? h.formatter->Format(ctx) : h.value;
+      if (value.empty() && !h.keep_empty) continue;
       if (h.action == HeaderToAdd::Action::kOverwriteIfExists) continue;
       FUZZ_CHECK(headers.Get(h.key).has_value());
     }

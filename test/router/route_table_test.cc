@@ -409,9 +409,9 @@ virtual_hosts:
   const VirtualHostEntry* vh;
   RequestHead req = Req("h", "/", {{"x-secret", "s"}, {"x-over", "old"}, {"x-keep", "mine"}});
   const RouteEntry* r = t->Route(req, &vh);
-  r->request_ops.Apply(req.headers);
-  vh->request_ops.Apply(req.headers);
-  t->request_ops().Apply(req.headers);
+  r->request_ops.Apply(req.headers, FormatContext());
+  vh->request_ops.Apply(req.headers, FormatContext());
+  t->request_ops().Apply(req.headers, FormatContext());
   EXPECT_FALSE(req.headers.Get("x-secret"));
   EXPECT_EQ(*req.headers.Get("x-route"), "one");
   EXPECT_EQ(*req.headers.Get("x-over"), "new");
@@ -452,9 +452,10 @@ virtual_hosts: [{name: v, domains: ["*"], routes: [{match: {prefix: "/"}, direct
                 .find("direct_response.status: must be within [200, 599]"),
             std::string::npos);
   EXPECT_NE(BuildError(R"(
-virtual_hosts: [{name: v, domains: ["*"], request_headers_to_add: [{header: {key: x, value: "%START_TIME%"}}], routes: []}]
+virtual_hosts: [{name: v, domains: ["*"], request_headers_to_add: [{header: {key: x, value: "%NO_SUCH_THING%"}}], routes: []}]
 )")
-                .find("formatters"),
+                .find("request_headers_to_add[0].header.value: unknown command operator "
+                      "%NO_SUCH_THING%"),
             std::string::npos);
 }
 
