@@ -97,10 +97,12 @@ write_nginx_proxy_conf() {  # $1 dir $2 port $3 upstream-keepalive [$4 = tune: u
       proxy_http_version 1.1;
       proxy_set_header Connection "";
     }'
+  local access_log="access_log off;"
+  if [ "${ACCESS_LOG:-0}" = 1 ]; then access_log="access_log $1/access.log combined buffer=64k flush=1s;"; fi
   { nginx_common_top "$1"
     cat <<EOF
 http {
-  access_log off;
+  $access_log
 $(nginx_temp_paths "$1")
   keepalive_requests 100000;
   keepalive_timeout 300s;
@@ -178,7 +180,7 @@ EOF
 # the default 1 keeps the runs comparable with earlier ones (docs/benchmarks.md, session 21: the
 # ID costs rpx about 400 instructions per request, and moved no req/s).
 write_rpx_conf() {  # $1 dir $2 port $3 admin-port [$4 = extra virtual hosts before the matching one]
-  local extra=${4:-0} target='["*"]' request_id=true k port
+  local extra=${4:-0} target='["*"]' request_id=true k port log_dir=$1
   if [ "${RPX_REQUEST_ID:-1}" = 0 ]; then request_id=false; fi
   if [ "$extra" -gt 0 ]; then target='["127.0.0.1"]'; fi  # wrk's Host, matched exactly
   local vhosts  # the extra virtual hosts, once for every listener
@@ -228,7 +230,7 @@ EOF
 EOF
   } >"$1/bootstrap.yaml"
 }
-# One listener of write_rpx_conf (reads its locals request_id, vhosts, target):
+# One listener of write_rpx_conf (reads its locals request_id, vhosts, target, log_dir):
 # rpx_listener NAME PORT STAT_PREFIX [ec|rsa: TLS with $TLS_DIR's certificate of that kind]
 rpx_listener() {
   cat <<EOF
@@ -262,6 +264,21 @@ EOF
           stat_prefix: $3
           codec_type: HTTP1
           generate_request_id: $request_id
+EOF
+  if [ "${RPX_ACCESS_LOG:-0}" = 1 ]; then
+    # nginx's `combined` format, field for field.
+    cat <<EOF
+          access_log:
+          - name: envoy.access_loggers.file
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog
+              path: $log_dir/access.log
+              log_format:
+                text_format_source:
+                  inline_string: "%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT% - - [%START_TIME(%d/%b/%Y:%H:%M:%S +0000)%] \\"%REQ(:METHOD)% %REQ(:PATH)% %PROTOCOL%\\" %RESPONSE_CODE% %BYTES_SENT% \\"%REQ(REFERER)%\\" \\"%REQ(USER-AGENT)%\\"\\n"
+EOF
+  fi
+  cat <<EOF
           route_config:
             name: local_route
             virtual_hosts:

@@ -33,6 +33,11 @@
 #   RPX_BIN=path      rpx binary (default <repo>/bazel-bin/source/exe/rpx); rpx is skipped if missing
 #   RPX_ARGS="..."    extra rpx arguments, appended after "-c FILE --concurrency 1 -l warn"
 #   RPX_B_BIN, RPX_B_ARGS  binary and arguments of rpx-b (default: RPX_BIN, RPX_ARGS)
+#   ACCESS_LOG=1      rpx and nginx write an access log line per request to a file in the run's
+#                     directory, in nginx's `combined` format (rpx: the same fields through Envoy's
+#                     command operators), buffered (nginx: buffer=64k flush=1s; rpx: its per-worker
+#                     64 KiB buffers and writer thread). HAProxy logs only to syslog: left off.
+#                     RPX_B_ACCESS_LOG: rpx-b's (default the same; 0 compares rpx with and without)
 #   RPX_REQUEST_ID=1  rpx generates an x-request-id for every request (Envoy's default; nginx and
 #                     HAProxy add none here); 0 turns it off. RPX_B_REQUEST_ID: rpx-b's (default the same)
 #   RELAY_BIN=path    the relay (default <repo>/bazel-bin/bench/tcp_relay: bazel build //bench:tcp_relay)
@@ -71,7 +76,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
 
 # --- options (remember which were given, for the report header) --------------------------
-OPTION_VARS=(RUNS DURATION WARMUP ROWS PROXIES DIRECT DIRECT_ROWS DIRECT_WRK_CPU RPX_BIN RPX_ARGS RPX_B_BIN RPX_B_ARGS RPX_REQUEST_ID RPX_B_REQUEST_ID RELAY_BIN ORIGIN ORIGIN_BIN PROXY_CPU PROXY_CPU_PERIOD_US NGINX_BEST_TUNE SKIP_INSTALL BASE_PORT OUT_DIR OUT_NAME KEEP_TMP TCP_CC TLS_CLIENT_BIN)
+OPTION_VARS=(RUNS DURATION WARMUP ROWS PROXIES DIRECT DIRECT_ROWS DIRECT_WRK_CPU RPX_BIN RPX_ARGS RPX_B_BIN RPX_B_ARGS RPX_REQUEST_ID RPX_B_REQUEST_ID ACCESS_LOG RPX_B_ACCESS_LOG RELAY_BIN ORIGIN ORIGIN_BIN PROXY_CPU PROXY_CPU_PERIOD_US NGINX_BEST_TUNE SKIP_INSTALL BASE_PORT OUT_DIR OUT_NAME KEEP_TMP TCP_CC TLS_CLIENT_BIN)
 GIVEN_ENV=""
 for v in "${OPTION_VARS[@]}"; do
   if [ -n "${!v+x}" ]; then
@@ -97,6 +102,8 @@ RPX_B_BIN=${RPX_B_BIN:-$RPX_BIN}
 RPX_B_ARGS=${RPX_B_ARGS:-$RPX_ARGS}
 RPX_REQUEST_ID=${RPX_REQUEST_ID:-1}
 RPX_B_REQUEST_ID=${RPX_B_REQUEST_ID:-$RPX_REQUEST_ID}
+ACCESS_LOG=${ACCESS_LOG:-0}
+RPX_B_ACCESS_LOG=${RPX_B_ACCESS_LOG:-$ACCESS_LOG}
 RELAY_BIN=${RELAY_BIN:-$ROOT/bazel-bin/bench/tcp_relay}
 ORIGIN=${ORIGIN:-lean}
 ORIGIN_BIN=${ORIGIN_BIN:-$ROOT/bazel-bin/bench/origin}
@@ -475,8 +482,10 @@ start_proxy() {  # $1 name; sets PROXY_PID, PROXY_PORT (and TLS_PORT, TLS_RSA_PO
   case "$name" in
     rpx|rpx-10kvh|rpx-2w|rpx-b)
       local bin=$RPX_BIN args=$RPX_ARGS
-      local request_id=$RPX_REQUEST_ID
-      if [ "$name" = rpx-b ]; then bin=$RPX_B_BIN; args=$RPX_B_ARGS; request_id=$RPX_B_REQUEST_ID; fi
+      local request_id=$RPX_REQUEST_ID access_log=$ACCESS_LOG
+      if [ "$name" = rpx-b ]; then
+        bin=$RPX_B_BIN; args=$RPX_B_ARGS; request_id=$RPX_B_REQUEST_ID; access_log=$RPX_B_ACCESS_LOG
+      fi
       if [ ! -x "$bin" ]; then
         log "SKIP $name: $bin is not an executable file (build rpx first, or set RPX_BIN/RPX_B_BIN)"
         return 1
@@ -485,7 +494,7 @@ start_proxy() {  # $1 name; sets PROXY_PID, PROXY_PORT (and TLS_PORT, TLS_RSA_PO
       local vhosts=0 workers=1 cpus=0
       if [ "$name" = rpx-10kvh ]; then vhosts=10000; fi  # 10,000 other virtual hosts in the table
       if [ "$name" = rpx-2w ]; then workers=2; cpus=0,1; fi  # the second shares wrk's CPU
-      RPX_REQUEST_ID=$request_id write_rpx_conf "$dir" "$PROXY_PORT" "$admin" "$vhosts"
+      RPX_REQUEST_ID=$request_id RPX_ACCESS_LOG=$access_log write_rpx_conf "$dir" "$PROXY_PORT" "$admin" "$vhosts"
       # shellcheck disable=SC2086
       in_cgroup "$cg" taskset -c "$cpus" "$bin" -c "$dir/bootstrap.yaml" --concurrency "$workers" -l warn $args \
         >"$dir/stdout.log" 2>&1 &

@@ -14,7 +14,7 @@ PKGS=(
   libnghttp2-dev libssl-dev libyaml-cpp-dev libre2-dev node-llhttp libc-ares-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   # integration tests
-  curl python3 python3-protobuf python3-websockets python3-websocket procps iproute2 slowhttptest
+  curl python3 python3-protobuf python3-prometheus-client python3-websockets python3-websocket procps iproute2 slowhttptest
   openssl sslscan testssl.sh
   # benchmark
   nginx-light haproxy wrk util-linux

@@ -26,6 +26,15 @@ void Err(std::vector<std::string>* errors, const std::string& path, const std::s
 std::unique_ptr<const AccessLogFilter> Filter(const ProtoFilter& f, const std::string& path,
                                               std::vector<std::string>* errors);
 
+// A duration_filter anywhere in the tree: requests must then record their times.
+bool UsesDuration(const ProtoFilter& f) {
+  if (f.has_duration_filter()) return true;
+  for (const auto& sub : f.has_and_filter() ? f.and_filter().filters() : f.or_filter().filters()) {
+    if (UsesDuration(sub)) return true;
+  }
+  return false;
+}
+
 std::unique_ptr<const AccessLogFilter> Comparison(ComparisonLogFilter::Field field,
                                                   bool has_comparison, const ComparisonFilter& c,
                                                   const std::string& path,
@@ -273,7 +282,10 @@ bool BuildAccessLogs(
         continue;
       }
     }
-    http->record_times = true;
+    if (log->formatter->uses_start_time()) http->record_start_time = true;
+    if (log->formatter->uses_durations() || (l.has_filter() && UsesDuration(l.filter()))) {
+      http->record_durations = true;
+    }
     if (log->formatter->uses_response_headers()) http->record_response_headers = true;
     if (log->formatter->uses_upstream_local_address()) {
       http->record_upstream_local_address = true;

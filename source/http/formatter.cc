@@ -610,6 +610,7 @@ class FormatParser {
     }
     if (name == "START_TIME") {
       s->op = Op::kStartTime;
+      f_->uses_start_time_ = true;
       s->time = ParseTimeFormat(has_arg && !arg.empty() ? arg : "%Y-%m-%dT%H:%M:%E3SZ");
       // Not the segment's address: a freed formatter's may be reused by the next one.
       static std::atomic<uint64_t> next_id{1};
@@ -627,6 +628,10 @@ class FormatParser {
         s->op = p.op;
         s->numeric = p.numeric;
         if (p.op == Op::kUpstreamLocalAddress) f_->uses_upstream_local_address_ = true;
+        if (p.op == Op::kDuration || p.op == Op::kRequestDuration ||
+            p.op == Op::kResponseDuration || p.op == Op::kResponseTxDuration) {
+          f_->uses_durations_ = true;
+        }
         return absl::OkStatus();
       }
     }

@@ -53,6 +53,8 @@ class Formatter {
   // What the operators used need recorded (each costs something on every request otherwise).
   bool uses_response_headers() const { return uses_response_headers_; }
   bool uses_upstream_local_address() const { return uses_upstream_local_address_; }
+  bool uses_start_time() const { return uses_start_time_; }
+  bool uses_durations() const { return uses_durations_; }
   bool is_json() const { return json_ != nullptr; }
   // False for a text format that is only literal text.
   bool has_operators() const;
@@ -67,6 +69,8 @@ class Formatter {
   Options options_;
   bool uses_response_headers_ = false;
   bool uses_upstream_local_address_ = false;
+  bool uses_start_time_ = false;
+  bool uses_durations_ = false;
   friend class FormatParser;
 };
 

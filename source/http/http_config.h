@@ -71,10 +71,12 @@ struct HttpConfig {
     bool enabled = true;
   };
   std::vector<Upgrade> upgrades;
-  // access_log, in order. What they print decides what each request records: times (a clock
-  // read or four), a copy of the response headers, the upstream connection's local address.
+  // access_log, in order. What they print decides what each request records: the wall clock at
+  // the start (%START_TIME%), monotonic times for durations (%DURATION%, duration_filter), a copy
+  // of the response headers, the upstream connection's local address.
   std::vector<std::shared_ptr<const AccessLog>> access_logs;
-  bool record_times = false;
+  bool record_start_time = false;
+  bool record_durations = false;
   bool record_response_headers = false;
   bool record_upstream_local_address = false;
   // Per-worker stats, indexed by worker index modulo stats_slots.

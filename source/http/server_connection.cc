@@ -126,7 +126,7 @@ std::string ServerConnection::tls_cipher() const {
 void ServerConnection::LogStream() {
   if (config_->access_logs.empty()) return;
   StreamInfo& si = info();
-  if (config_->record_times) si.end_ns = MonotonicNowNs();
+  if (config_->record_durations) si.end_ns = MonotonicNowNs();
   FormatContext ctx;
   ctx.info = &si;
   ctx.request = parser_ ? &parser_->request() : nullptr;
@@ -292,11 +292,11 @@ void ServerConnection::OnHead() {
   conn_->dispatcher().AddPending(1);
   StreamInfo& si = info();
   si.Reset();
-  if (config_->record_times) {
+  if (config_->record_durations) {
     si.start_ns = MonotonicNowNs();
-    si.start_unix_ns = UnixNowNs();
     if (!request_has_body_) si.request_end_ns = si.start_ns;
   }
+  if (config_->record_start_time) si.start_unix_ns = UnixNowNs();
   stream_idle_ms_ =
       static_cast<uint32_t>(std::min<uint64_t>(config_->stream_idle_timeout_ms, UINT32_MAX));
   if (stream_idle_ms_) {
@@ -323,7 +323,7 @@ void ServerConnection::OnBody(const char* data, size_t len) {
 void ServerConnection::OnMessageComplete() {
   request_complete_ = true;
   DisableRequestTimer();
-  if (config_->record_times && request_has_body_) info().request_end_ns = MonotonicNowNs();
+  if (config_->record_durations && request_has_body_) info().request_end_ns = MonotonicNowNs();
   if (handler_ && request_has_body_) handler_->OnRequestData(nullptr, 0, true);
 }
 

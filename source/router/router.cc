@@ -365,7 +365,7 @@ void RouterStream::OnResponseHeaders(ResponseHead& head, bool end_stream) {
   if (done_) return;
   StreamInfo& info = encoder_.stream_info();
   info.response_code_details = "via_upstream";
-  if (router_.config().record_times) info.upstream_first_byte_ns = MonotonicNowNs();
+  if (router_.config().record_durations) info.upstream_first_byte_ns = MonotonicNowNs();
   ClusterStats& cs = cluster_->stats();
   int s = head.status;
   if (s < 300) {

@@ -92,7 +92,8 @@ TEST_F(AccessLogConfigTest, FileWithEnvoysDefaultFormat) {
   ASSERT_TRUE(log.file);
   EXPECT_EQ(log.file->path(), dir_ + "/a.log");
   EXPECT_FALSE(log.filter);
-  EXPECT_TRUE(Http().record_times);
+  EXPECT_TRUE(Http().record_start_time);
+  EXPECT_TRUE(Http().record_durations);
   EXPECT_TRUE(Http().record_response_headers);  // the default format prints a response header
   EXPECT_EQ(access(log.file->path().c_str(), F_OK), 0) << "opened at configuration time";
 }
