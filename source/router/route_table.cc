@@ -333,9 +333,16 @@ absl::Status BuildAction(const Route& route, const FieldPath& path, RouteEntry* 
 
 std::string_view StripPort(std::string_view host) {
   // "[::1]:80" -> "[::1]", "a.com:80" -> "a.com"; a bare IPv6 literal has several colons.
+  // As Envoy's HeaderUtility::getPortStart: in a bracketed host the port starts at the last ':'
+  // if it comes after the last ']'; "[::1]" and "[a-c]+" have none, and a malformed "[::1" (no
+  // ']') is matched as written.
   if (!host.empty() && host[0] == '[') {
-    size_t close = host.find(']');
-    return close == std::string_view::npos ? host : host.substr(0, close + 1);
+    size_t close = host.rfind(']');
+    size_t colon = host.rfind(':');
+    if (close != std::string_view::npos && colon != std::string_view::npos && colon > close) {
+      return host.substr(0, colon);
+    }
+    return host;
   }
   size_t colon = host.rfind(':');
   if (colon != std::string_view::npos && host.find(':') == colon) return host.substr(0, colon);

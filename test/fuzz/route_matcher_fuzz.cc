@@ -291,8 +291,10 @@ RouteConfiguration BuildConfig(const Spec& spec) {
 
 std::string RefStripPort(const std::string& host) {
   if (!host.empty() && host[0] == '[') {
-    size_t close = host.find(']');
-    return close == std::string::npos ? host : host.substr(0, close + 1);
+    size_t close = host.rfind(']');
+    size_t colon = host.rfind(':');
+    bool port = close != std::string::npos && colon != std::string::npos && colon > close;
+    return port ? host.substr(0, colon) : host;
   }
   size_t first = host.find(':');
   if (first != std::string::npos && first == host.rfind(':')) return host.substr(0, first);
