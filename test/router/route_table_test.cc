@@ -459,6 +459,26 @@ virtual_hosts: [{name: v, domains: ["*"], request_headers_to_add: [{header: {key
             std::string::npos);
 }
 
+TEST(RouteTableTest, BracketedHostsAndPorts) {
+  // Envoy's rule for where a port starts in a bracketed host: the last ':' after the last ']'.
+  auto t = Build(R"(
+virtual_hosts:
+- {name: v6, domains: ["[::1]"], routes: [{match: {prefix: "/"}, route: {cluster: v6}}]}
+- {name: odd, domains: ["[a-c]+"], routes: [{match: {prefix: "/"}, route: {cluster: odd}}]}
+- {name: broken, domains: ["[::1"], routes: [{match: {prefix: "/"}, route: {cluster: broken}}]}
+- {name: any, domains: ["*"], routes: [{match: {prefix: "/"}, route: {cluster: any}}]}
+)");
+  ASSERT_TRUE(t);
+  EXPECT_EQ(ClusterFor(*t, Req("[::1]", "/")), "v6");
+  EXPECT_EQ(ClusterFor(*t, Req("[::1]:8080", "/")), "v6");
+  // The fuzzer's find (issue 33): "[a-c]+" has no port, and is matched as written.
+  EXPECT_EQ(ClusterFor(*t, Req("[a-c]+", "/")), "odd");
+  EXPECT_EQ(ClusterFor(*t, Req("[a-c]+:80", "/")), "odd");
+  EXPECT_EQ(ClusterFor(*t, Req("[::1", "/")), "broken");
+  EXPECT_EQ(ClusterFor(*t, Req("[::1]x", "/")), "any");
+  EXPECT_EQ(ClusterFor(*t, Req("[::1]x:80", "/")), "any");
+}
+
 TEST(RouteTableTest, TenThousandVirtualHostsResolveExactly) {
   std::string yaml = "virtual_hosts:\n";
   for (int i = 0; i < 10000; ++i) {
