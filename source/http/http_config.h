@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "source/common/histogram.h"
 #include "source/common/stats.h"
 #include "source/http/access_log.h"
 
@@ -32,6 +33,7 @@ struct alignas(64) HttpStats {
   Counter downstream_cx_upgrades_total;  // requests switched to a tunnel (101 forwarded)
   Gauge downstream_cx_upgrades_active;
   Counter downstream_rq_ws_on_non_ws_route;  // upgrade refused (403): not enabled for the route
+  Histogram downstream_rq_time;              // ms from the request head to the end of the response
 };
 
 struct HttpConfig {
@@ -65,7 +67,7 @@ struct HttpConfig {
     bool subject = false, cert = false, chain = false, dns = false, uri = false;
   } client_cert_details;
   // upgrade_configs: protocols (lower case) this listener may tunnel after a 101, and whether
-  // they are on by default (a route may turn one on or off, but not add one).
+  // they are on by default (a route may turn one on or off, or enable one not listed here).
   struct Upgrade {
     std::string type;
     bool enabled = true;

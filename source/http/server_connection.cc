@@ -15,6 +15,7 @@ namespace rpx {
 
 struct ServerConnection::StreamState : StreamInfo {
   std::unique_ptr<Timer> request_timer;  // request_timeout; created when first needed
+  uint64_t start_ms = 0;                 // the dispatcher's clock at the request head
   static void* operator new(size_t) { return FreeBlocks<sizeof(StreamState), 256>::Take(); }
   static void operator delete(void* p) { FreeBlocks<sizeof(StreamState), 256>::Give(p); }
 };
@@ -290,8 +291,9 @@ void ServerConnection::OnHead() {
   stats_.downstream_rq_total.Inc();
   stats_.downstream_rq_active.Inc();
   conn_->dispatcher().AddPending(1);
-  StreamInfo& si = info();
+  StreamState& si = state();
   si.Reset();
+  si.start_ms = conn_->dispatcher().NowMs();
   if (config_->record_durations) {
     si.start_ns = MonotonicNowNs();
     if (!request_has_body_) si.request_end_ns = si.start_ns;
@@ -517,6 +519,7 @@ void ServerConnection::EndUpgrade() {
 
 void ServerConnection::EndStream() {
   if (!stream_active_) return;
+  if (state_) stats_.downstream_rq_time.Record(conn_->dispatcher().NowMs() - state_->start_ms);
   LogStream();
   stream_active_ = false;
   stats_.downstream_rq_active.Dec();

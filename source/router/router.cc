@@ -78,18 +78,26 @@ class RouterStream final : public StreamHandler, public PoolCallbacks, public Re
   bool request_complete_ = false;
   bool done_ = false;
   bool downstream_paused_by_buffer_ = false;
-  bool upgrade_ = false;  // the upgrade is allowed and was asked of the upstream
-  bool tunnel_ = false;   // the upstream switched protocols (101)
+  bool upgrade_ = false;            // the upgrade is allowed and was asked of the upstream
+  bool tunnel_ = false;             // the upstream switched protocols (101)
+  bool upstream_timed_ = false;     // upstream_rq_time recorded
+  uint64_t upstream_start_ms_ = 0;  // the dispatcher's clock when the upstream request began
+  void RecordUpstreamTime() {
+    if (upstream_timed_ || !cluster_) return;
+    upstream_timed_ = true;
+    cluster_->stats().upstream_rq_time.Record(router_.dispatcher().NowMs() - upstream_start_ms_);
+  }
 };
 
-// Envoy's rule: the listener must list the upgrade type; a route may switch it on or off.
+// Envoy's rule (ConnectionManagerImpl's createUpgradeFilterChain): a route that names the
+// upgrade type decides; otherwise the connection manager's upgrade_configs do, and a type neither
+// names is refused. So a route may enable an upgrade its listener does not list.
 bool UpgradeAllowed(const HttpConfig& config, const RouteEntry& route, std::string_view type) {
+  for (const auto& [t, enabled] : route.upgrade_overrides) {
+    if (EqualsIgnoreCase(t, type)) return enabled;
+  }
   for (const auto& u : config.upgrades) {
-    if (!EqualsIgnoreCase(u.type, type)) continue;
-    for (const auto& [t, enabled] : route.upgrade_overrides) {
-      if (EqualsIgnoreCase(t, type)) return enabled;
-    }
-    return u.enabled;
+    if (EqualsIgnoreCase(u.type, type)) return u.enabled;
   }
   return false;
 }
@@ -209,6 +217,7 @@ void RouterStream::OnRequestHeaders(RequestHead& head, bool end_stream) {
     encoder_.Encode100Continue();
   }
   if (end_stream) StartRouteTimer();
+  upstream_start_ms_ = router_.dispatcher().NowMs();
   pending_ = pool_->NewStream(*this);
 }
 
@@ -394,12 +403,14 @@ void RouterStream::OnResponseHeaders(ResponseHead& head, bool end_stream) {
   route_->response_ops.Apply(head.headers, ctx);
   vhost_->response_ops.Apply(head.headers, ctx);
   routes_->response_ops().Apply(head.headers, ctx);
+  if (end_stream) RecordUpstreamTime();
   encoder_.EncodeHeaders(head, end_stream);
 }
 
 void RouterStream::OnResponseData(const char* data, size_t len, bool end_stream) {
   if (done_) return;
   if (end_stream) {
+    RecordUpstreamTime();
     // The upstream connection goes back to its pool; nothing more to do with it.
     client_ = nullptr;
     done_ = true;

@@ -1,9 +1,11 @@
 #include "source/server/admin.h"
 
+#include <algorithm>
 #include <map>
 
 #include "absl/strings/str_cat.h"
 #include "source/common/logger.h"
+#include "source/server/admin_stats.h"
 
 namespace rpx {
 namespace {
@@ -95,7 +97,40 @@ std::string Admin::Handle(const RequestHead& head, int* status, std::string* con
     *content_type = "application/json";
     return config_dump_ ? config_dump_() : "{}\n";
   }
-  if (path == "/stats") return StatsText();
+  if (path == "/stats" || path == "/stats/prometheus") {
+    auto query =
+        ParseQuery(head.path.size() > path.size() ? head.path.substr(path.size() + 1) : "");
+    StatsQuery q;
+    q.used_only = query.count("usedonly") > 0;
+    if (auto f = query.find("filter"); f != query.end() && !f->second.empty()) {
+      RE2::Options opts;
+      opts.set_log_errors(false);
+      q.filter = std::make_unique<RE2>(f->second, opts);
+      if (!q.filter->ok()) {
+        *status = 400;
+        return absl::StrCat("invalid filter regex '", f->second, "': ", q.filter->error(), "\n");
+      }
+    }
+    std::string format = path == "/stats/prometheus" ? "prometheus" : "text";
+    if (auto f = query.find("format"); f != query.end()) format = f->second;
+    if (format == "json") {
+      *content_type = "application/json";
+      return RenderStatsJson(CollectStats(), q);
+    }
+    if (format == "prometheus") {
+      *content_type = "text/plain; version=0.0.4";
+      return RenderPrometheus(CollectStats(), q);
+    }
+    if (format != "text") {
+      *status = 400;
+      return absl::StrCat("unknown format '", format, "' (text, json or prometheus)\n");
+    }
+    return RenderStatsText(CollectStats(), q);
+  }
+  if (path == "/listeners")
+    return Listeners(head.path.find("format=json") != std::string::npos, content_type);
+  if (path == "/clusters")
+    return Clusters(head.path.find("format=json") != std::string::npos, content_type);
   if (path == "/server_info") {
     *content_type = "application/json";
     return absl::StrCat(
@@ -132,19 +167,108 @@ std::string Admin::Handle(const RequestHead& head, int* status, std::string* con
   if (path == "/") {
     return "rpx admin\n  /ready\n  /stats\n  /server_info\n  /config_dump\n  /quitquitquit "
            "(POST)\n  /drain_listeners[?graceful] (POST)\n  /healthcheck/fail, /healthcheck/ok "
-           "(POST)\n  /reopen_logs (POST)\n";
+           "(POST)\n  /reopen_logs (POST)\n  /stats/prometheus\n  /listeners[?format=json]\n"
+           "  /clusters[?format=json]\n";
   }
   *status = 404;
   return absl::StrCat("unknown admin path: ", path, "\n");
 }
 
-std::string Admin::StatsText() const {
+namespace {
+std::string SocketAddressJson(const SocketAddress& a) {
+  return absl::StrCat("{\"socket_address\":{\"address\":", JsonQuote(a.Ip()),
+                      ",\"port_value\":", a.port(), "}}");
+}
+}  // namespace
+
+std::string Admin::Listeners(bool json, std::string* content_type) const {
+  std::string out;
+  if (!json) {
+    for (const auto& l : config_.listeners) {
+      absl::StrAppend(&out, l->name, "::", l->address.ToString(), "\n");
+    }
+    return out;
+  }
+  *content_type = "application/json";
+  out = "{\"listener_statuses\":[";
+  bool first = true;
+  for (const auto& l : config_.listeners) {
+    absl::StrAppend(&out, first ? "" : ",", "{\"name\":", JsonQuote(l->name),
+                    ",\"local_address\":", SocketAddressJson(l->address), "}");
+    first = false;
+  }
+  return out + "]}\n";
+}
+
+std::string Admin::Clusters(bool json, std::string* content_type) const {
+  // Envoy's shape, with what rpx knows: circuit breaker limits, and per host its address,
+  // hostname, weight and health (hosts EDS marks unhealthy are not in the set at all). rpx keeps
+  // no per-host request counters, so the per-host "stats" Envoy lists are left out.
+  std::vector<std::string> names;
+  for (const auto& [name, entry] : config_.clusters) names.push_back(name);
+  std::sort(names.begin(), names.end());
+  std::string out;
+  if (json) {
+    *content_type = "application/json";
+    out = "{\"cluster_statuses\":[";
+  }
+  bool first_cluster = true;
+  for (const auto& name : names) {
+    const ClusterEntry& entry = config_.clusters.at(name);
+    const ClusterResources& r = *entry.info->resources;
+    if (!json) {
+      std::string p = name + "::";
+      absl::StrAppend(&out, p, "observability_name::", name, "\n");
+      absl::StrAppend(&out, p, "default_priority::max_connections::", r.max_connections(), "\n");
+      absl::StrAppend(&out, p, "default_priority::max_pending_requests::", r.max_pending(), "\n");
+      absl::StrAppend(&out, p, "default_priority::max_requests::", r.max_requests(), "\n");
+      if (entry.hosts) {
+        for (const auto& h : *entry.hosts) {
+          std::string hp = absl::StrCat(p, h->address.ToString(), "::");
+          absl::StrAppend(&out, hp, "hostname::", h->hostname, "\n");
+          absl::StrAppend(&out, hp, "health_flags::healthy\n");
+          absl::StrAppend(&out, hp, "weight::", h->weight, "\n");
+          absl::StrAppend(&out, hp, "priority::0\n");
+        }
+      }
+      continue;
+    }
+    absl::StrAppend(&out, first_cluster ? "" : ",", "{\"name\":", JsonQuote(name),
+                    ",\"observability_name\":", JsonQuote(name),
+                    ",\"circuit_breakers\":{\"thresholds\":[{\"priority\":\"DEFAULT\","
+                    "\"max_connections\":",
+                    r.max_connections(), ",\"max_pending_requests\":", r.max_pending(),
+                    ",\"max_requests\":", r.max_requests(), "}]},\"host_statuses\":[");
+    first_cluster = false;
+    bool first_host = true;
+    if (entry.hosts) {
+      for (const auto& h : *entry.hosts) {
+        absl::StrAppend(&out, first_host ? "" : ",", "{\"address\":", SocketAddressJson(h->address),
+                        ",\"hostname\":", JsonQuote(h->hostname),
+                        ",\"health_status\":{\"eds_health_status\":\"HEALTHY\"},\"weight\":",
+                        h->weight, ",\"priority\":0}");
+        first_host = false;
+      }
+    }
+    out += "]}";
+  }
+  if (json) out += "]}\n";
+  return out;
+}
+
+std::string Admin::StatsText() const { return RenderStatsText(CollectStats(), StatsQuery()); }
+
+std::vector<StatEntry> Admin::CollectStats() const {
   std::map<std::string, int64_t> out;
+  std::map<std::string, HistogramTotals> hists;
+  // The scopes stats are under, for the Prometheus tags: (kind, name).
+  std::vector<std::pair<std::string, std::string>> scopes;
   for (const auto& [name, entry] : config_.clusters) {
     const ClusterInfo& c = *entry.info;
     const ClusterStats* s = c.stats.get();
     uint32_t n = c.stats_slots;
     std::string p = absl::StrCat("cluster.", name, ".");
+    scopes.emplace_back("cluster", name);
 #define RPX_CLUSTER_STAT(field)                                   \
   {                                                               \
     int64_t total = 0;                                            \
@@ -187,12 +311,20 @@ std::string Admin::StatsText() const {
     out[p + "membership_total"] = entry.hosts ? entry.hosts->size() : 0;
     out[p + "circuit_breakers.default.cx_open_count"] = c.resources->connections();
     out[p + "circuit_breakers.default.rq_pending_open_count"] = c.resources->pending();
+    for (auto [hname, member] :
+         {std::pair{"upstream_rq_time", &ClusterStats::upstream_rq_time},
+          std::pair{"upstream_cx_connect_ms", &ClusterStats::upstream_cx_connect_ms},
+          std::pair{"upstream_cx_length_ms", &ClusterStats::upstream_cx_length_ms}}) {
+      HistogramTotals& t = hists[p + hname];
+      for (uint32_t i = 0; i < n; ++i) t.Add(s[i].*member);
+    }
   }
   for (const auto& l : config_.listeners) {
     for (const auto& chain : l->chains) {
       if (!chain->connection_limit) continue;
       const ConnectionLimit& cl = *chain->connection_limit;
       std::string p = absl::StrCat("connection_limit.", cl.stat_prefix, ".");
+      scopes.emplace_back("connection_limit", cl.stat_prefix);
       out[p + "active_connections"] = cl.state->active.load(std::memory_order_relaxed);
       out[p + "limited_connections"] = cl.state->limited.load(std::memory_order_relaxed);
     }
@@ -201,6 +333,7 @@ std::string Admin::StatsText() const {
   // listeners that share a stat_prefix.
   for (const auto& l : config_.listeners) {
     std::string p = absl::StrCat("listener.", l->stat_prefix, ".");
+    scopes.emplace_back("listener", l->stat_prefix);
     auto add = [&](const std::string& name, uint64_t v) { out[p + name] += v; };
     for (uint32_t i = 0; i < l->stats->slots; ++i) {
       const ListenerStats& st = l->stats->stats[i];
@@ -223,6 +356,7 @@ std::string Admin::StatsText() const {
   for (const HttpConfig* h : https) {
     std::string p = absl::StrCat("http.", h->stat_prefix, ".");
     if (out.count(p + "downstream_cx_total")) continue;  // counted with an earlier one
+    scopes.emplace_back("http", h->stat_prefix);
 #define RPX_HTTP_STAT(field)                           \
   {                                                    \
     int64_t total = 0;                                 \
@@ -257,13 +391,39 @@ std::string Admin::StatsText() const {
     RPX_HTTP_STAT(downstream_cx_upgrades_active)
     RPX_HTTP_STAT(downstream_rq_ws_on_non_ws_route)
 #undef RPX_HTTP_STAT
+    HistogramTotals& rq_time = hists[p + "downstream_rq_time"];
+    for (const HttpConfig* h2 : https) {
+      if (h2->stat_prefix != h->stat_prefix) continue;
+      for (uint32_t i = 0; i < h2->stats_slots; ++i) rq_time.Add(h2->stats[i].downstream_rq_time);
+    }
   }
   out["server.concurrency"] = concurrency_;
   out["server.live"] = Ready() ? 1 : 0;
   if (extra_stats_) extra_stats_(&out);
-  std::string text;
-  for (const auto& [k, v] : out) absl::StrAppend(&text, k, ": ", v, "\n");
-  return text;
+  // Longest scope names first: a cluster "a.b" owns "cluster.a.b.x", not a cluster "a".
+  std::sort(scopes.begin(), scopes.end(),
+            [](const auto& a, const auto& b) { return a.second.size() > b.second.size(); });
+  auto make = [&](const std::string& name, int64_t value) {
+    for (const auto& [kind, scope] : scopes) {
+      size_t n = kind.size() + 1 + scope.size() + 1;
+      if (name.size() > n && name.compare(0, kind.size(), kind) == 0 && name[kind.size()] == '.' &&
+          name.compare(kind.size() + 1, scope.size(), scope) == 0 && name[n - 1] == '.') {
+        return MakeStat(kind, scope, name.substr(n), value);
+      }
+    }
+    return MakeFlatStat(name, value);
+  };
+  std::vector<StatEntry> entries;
+  entries.reserve(out.size() + hists.size());
+  for (const auto& [name, value] : out) entries.push_back(make(name, value));
+  for (const auto& [name, totals] : hists) {
+    StatEntry e = make(name, static_cast<int64_t>(totals.count));
+    e.histogram = true;
+    e.gauge = false;
+    e.hist = totals;
+    entries.push_back(std::move(e));
+  }
+  return entries;
 }
 
 }  // namespace rpx

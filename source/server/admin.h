@@ -1,6 +1,9 @@
 // Admin: the admin HTTP listener on the main thread (Envoy's admin address). Endpoints:
 //   GET /ready   200 "LIVE" once serving
-//   GET /stats   plain-text counters and gauges, summed over workers ("name: value" lines)
+//   GET /stats   counters and gauges, summed over workers ("name: value" lines; ?filter=regex,
+//                ?usedonly, ?format=json|prometheus)
+//   GET /stats/prometheus  the same in the Prometheus text format, with Envoy's tags
+//   GET /listeners, /clusters  Envoy's text formats, or ?format=json
 //   GET /server_info  JSON: version, state, node, concurrency
 //   GET /config_dump  JSON: active listeners, routes, clusters, endpoints (version, time applied)
 //                     and the xDS state with the last NACK
@@ -23,6 +26,7 @@
 #include "source/event/dispatcher.h"
 #include "source/http/server_connection.h"
 #include "source/network/listener.h"
+#include "source/server/admin_stats.h"
 
 namespace rpx {
 
@@ -52,13 +56,16 @@ class Admin : public StreamHandlerFactory {
   }
 
   std::unique_ptr<StreamHandler> CreateStream(ResponseEncoder& encoder) override;
-  // The /stats text (exposed for tests).
+  // The /stats text (exposed for tests), and every stat with its Prometheus name and tags.
   std::string StatsText() const;
+  std::vector<StatEntry> CollectStats() const;
   std::string Handle(const RequestHead& head, int* status, std::string* content_type);
 
  private:
   class AdminConnection;
   void OnConnectionClosed(ServerConnection* c);
+  std::string Listeners(bool json, std::string* content_type) const;
+  std::string Clusters(bool json, std::string* content_type) const;
 
   Dispatcher& dispatcher_;
   const ServerConfig& config_;

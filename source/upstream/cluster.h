@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "source/common/histogram.h"
 #include "source/common/stats.h"
 #include "source/network/address.h"
 #include "source/network/socket_option.h"
@@ -52,6 +53,8 @@ class ClusterResources {
   int64_t connections() const { return connections_.load(std::memory_order_relaxed); }
   int64_t pending() const { return pending_.load(std::memory_order_relaxed); }
   uint32_t max_connections() const { return max_connections_; }
+  uint32_t max_pending() const { return max_pending_; }
+  uint32_t max_requests() const { return max_requests_; }
   // Workers with requests queued only because the cluster is at max_connections. Another worker
   // that would park a connection idle closes it instead, so the slot moves where it is needed.
   std::atomic<int32_t> starved_workers{0};
@@ -120,6 +123,11 @@ struct alignas(64) ClusterStats {
   Counter ssl_session_reused;
   Counter ssl_connection_error;  // failed handshakes other than verification
   Counter ssl_fail_verify;       // the upstream's certificate did not verify (CA, SAN, expiry)
+  // Envoy's cluster histograms (ms): request start to response end, connect(2) to connected
+  // (with the TLS handshake), and connection lifetimes.
+  Histogram upstream_rq_time;
+  Histogram upstream_cx_connect_ms;
+  Histogram upstream_cx_length_ms;
 };
 
 enum class LbPolicy { kRoundRobin, kLeastRequest, kRandom };

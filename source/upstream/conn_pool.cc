@@ -21,6 +21,7 @@ UpstreamClient::UpstreamClient(ConnPool& pool, std::unique_ptr<Connection> conn)
       parser_(Http1Parser::Type::kResponse, *this,
               Http1Parser::Limits{80 * 1024, pool.cluster().max_response_headers_count}) {
   conn_->SetCallbacks(this);
+  created_ms_ = pool_.dispatcher().NowMs();
   timer_ = pool_.dispatcher().CreateTimer([this] {
     if (state_ == State::kConnecting) {
       conn_->Close(Connection::CloseType::kNoFlush, false);
@@ -428,7 +429,7 @@ ConnPool::~ConnPool() {
       c->state_ = UpstreamClient::State::kClosed;
       c->conn_->Close(Connection::CloseType::kNoFlush, false);
       cluster_->resources->ReleaseConnection();
-      stats_.upstream_cx_active.Dec();
+      CxClosed(c);
       dispatcher_.DeferredDelete(std::unique_ptr<DeferredDeletable>(c));
     }
     list->clear();
@@ -538,7 +539,13 @@ void ConnPool::SetStarved(bool starved) {
   cluster_->resources->starved_workers.fetch_add(starved ? 1 : -1, std::memory_order_relaxed);
 }
 
+void ConnPool::CxClosed(UpstreamClient* c) {
+  stats_.upstream_cx_active.Dec();
+  stats_.upstream_cx_length_ms.Record(dispatcher_.NowMs() - c->created_ms_);
+}
+
 void ConnPool::OnConnected(UpstreamClient* c) {
+  stats_.upstream_cx_connect_ms.Record(dispatcher_.NowMs() - c->created_ms_);
   if (!pending_.empty()) {
     Attach(c, connecting_);
     return;
@@ -569,7 +576,7 @@ void ConnPool::OnTlsConnected(TlsTransport& tls) {
 void ConnPool::OnConnectFailed(UpstreamClient* c, PoolFailure reason, const std::string& detail) {
   connecting_.erase(c->pos_);
   cluster_->resources->ReleaseConnection();
-  stats_.upstream_cx_active.Dec();
+  CxClosed(c);
   if (reason == PoolFailure::kConnectTimeout) {
     stats_.upstream_cx_connect_timeout.Inc();
   }
@@ -612,7 +619,7 @@ void ConnPool::OnRequestDone(UpstreamClient* c, bool reusable) {
   }
   busy_.erase(c->pos_);
   cluster_->resources->ReleaseConnection();
-  stats_.upstream_cx_active.Dec();
+  CxClosed(c);
   dispatcher_.DeferredDelete(std::unique_ptr<DeferredDeletable>(c));
   ServePending();
 }
@@ -621,7 +628,7 @@ void ConnPool::OnClientClosed(UpstreamClient* c) {
   // Only idle clients close on their own (busy ones go through OnRequestDone).
   idle_.erase(c->pos_);
   cluster_->resources->ReleaseConnection();
-  stats_.upstream_cx_active.Dec();
+  CxClosed(c);
   dispatcher_.DeferredDelete(std::unique_ptr<DeferredDeletable>(c));
 }
 

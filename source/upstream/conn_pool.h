@@ -122,6 +122,7 @@ class UpstreamClient : public ConnectionCallbacks,
   bool discarding_ = false;  // reading an abandoned request's response (see Reset)
   uint64_t discarded_bytes_ = 0;
   uint32_t requests_ = 0;
+  uint64_t created_ms_ = 0;  // the dispatcher's clock at connect(2), for the cx histograms
   // Connect timeout while connecting, idle timeout while idle, discard deadline while discarding.
   std::unique_ptr<Timer> timer_;
   std::unique_ptr<Splicer> splicer_;  // moving the rest of a large body (see MaybeSplice)
@@ -169,6 +170,8 @@ class ConnPool {
   void OnConnectFailed(UpstreamClient* c, PoolFailure reason, const std::string& detail);
   void OnRequestDone(UpstreamClient* c, bool reusable);
   void OnClientClosed(UpstreamClient* c);
+  // A client's connection is gone: the active gauge and the lifetime histogram.
+  void CxClosed(UpstreamClient* c);
   // Gives the first pending request client `c`, moving it from list `from` (its current one) to
   // busy_.
   void Attach(UpstreamClient* c, std::list<UpstreamClient*>& from);

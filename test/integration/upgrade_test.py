@@ -107,8 +107,11 @@ class WebSocketTest(IntegrationTestCase):
             [http_listener("ingress", self.port, [virtual_host("all", ["*"], routes)],
                            hcm_extra={"upgrade_configs": [{"upgrade_type": "websocket"}]}),
              # No upgrade_configs: upgrades are refused.
+             # ...unless a route enables them (Envoy's rule).
              http_listener("plain", self.plain_port,
-                           [virtual_host("all", ["*"], [ws_route("/", "ws")])])],
+                           [virtual_host("all", ["*"], [
+                               ws_route("/on/", "ws", upgrade_enabled=True),
+                               ws_route("/", "ws")])])],
             [cluster("ws", self.ws.port)]), concurrency=1)
 
     def connect(self, path, port=None):
@@ -160,6 +163,13 @@ class WebSocketTest(IntegrationTestCase):
         self.assertEqual(cm.exception.status_code, 403)
         self.assertEqual(self.proxy.stat("http.plain.downstream_rq_ws_on_non_ws_route"), 1)
         self.assertEqual(self.ws.connections, 0)
+
+    def test_a_route_alone_can_enable_the_upgrade(self):
+        # Envoy's example websocket configs enable the upgrade on the route only.
+        ws = self.connect("/on/echo", port=self.plain_port)
+        ws.send("ping")
+        self.assertEqual(ws.recv(), "ping")
+        self.assertEqual(self.proxy.stat("http.plain.downstream_cx_upgrades_total"), 1)
 
     def test_idle_tunnel_is_closed_by_the_route_idle_timeout(self):
         ws = self.connect("/idle/echo")

@@ -1,0 +1,120 @@
+"""Envoy's admin paths as their consumers read them: /stats with filter, usedonly and JSON,
+/stats/prometheus through prometheus_client's parser (the Debian package), /listeners and
+/clusters as text and JSON."""
+
+import json
+import unittest
+
+from harness import (IntegrationTestCase, bootstrap, cluster, curl, free_port, http_listener,
+                     route, virtual_host)
+
+try:
+    from prometheus_client.parser import text_string_to_metric_families
+except ImportError:  # reported by the test that needs it
+    text_string_to_metric_families = None
+
+
+class AdminTest(IntegrationTestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.up = self.start_echo("up")
+        self.port = free_port()
+        cfg = bootstrap(
+            [http_listener("front", self.port, [virtual_host("all", ["*"], [
+                route("/", "web.v1")])], stat_prefix="ingress")],
+            [cluster("web.v1", self.up.port, max_connections=7, max_pending_requests=8,
+                     max_requests=9),
+             cluster("idle", [self.up.port, free_port()])])
+        self.proxy = self.start_rpx(cfg)
+        for i in range(3):
+            self.assertEqual(curl("http://127.0.0.1:%d/r%d" % (self.port, i)).status, 200)
+
+    def get(self, path):
+        status, body = self.proxy.admin("GET", path)
+        return status, body.decode()
+
+    def test_stats_filter_usedonly_and_json(self):
+        status, body = self.get("/stats?filter=%5Ecluster%5C.web%5C.v1%5C.upstream_rq_")
+        self.assertEqual(status, 200)
+        lines = dict(l.split(": ") for l in body.splitlines())
+        self.assertEqual(lines["cluster.web.v1.upstream_rq_total"], "3")
+        self.assertEqual(lines["cluster.web.v1.upstream_rq_2xx"], "3")
+        self.assertTrue(all(k.startswith("cluster.web.v1.upstream_rq_") for k in lines), lines)
+        status, body = self.get("/stats?usedonly")
+        used = dict(l.split(": ") for l in body.splitlines())
+        self.assertNotIn("cluster.idle.upstream_rq_total", used)
+        self.assertEqual(used["http.ingress.downstream_rq_2xx"], "3")
+        self.assertTrue(all(v != "0" for v in used.values()))
+        status, body = self.get("/stats?format=json&filter=downstream_rq_total")
+        self.assertEqual(status, 200)
+        stats = {s["name"]: s["value"] for s in json.loads(body)["stats"]}
+        self.assertEqual(stats["http.ingress.downstream_rq_total"], 3)
+        status, body = self.get("/stats?filter=(unclosed")
+        self.assertEqual(status, 400)
+        self.assertIn("invalid filter regex", body)
+
+    def test_prometheus_parses_with_envoys_tags(self):
+        if text_string_to_metric_families is None:
+            self.fail("python3-prometheus-client is not installed (tools/setup.sh installs it)")
+        status, body = self.get("/stats/prometheus")
+        self.assertEqual(status, 200)
+        families = {f.name: f for f in text_string_to_metric_families(body)}
+        rq = families["envoy_cluster_upstream_rq_xx"]
+        self.assertEqual(rq.type, "counter")
+        samples = {(s.labels["envoy_cluster_name"], s.labels["envoy_response_code_class"]): s.value
+                   for s in rq.samples if not s.name.endswith("_created")}
+        self.assertEqual(samples[("web.v1", "2")], 3)
+        drq = families["envoy_http_downstream_rq_xx"]
+        vals = {(s.labels["envoy_http_conn_manager_prefix"], s.labels["envoy_response_code_class"]):
+                s.value for s in drq.samples}
+        self.assertEqual(vals[("ingress", "2")], 3)
+        self.assertEqual(families["envoy_cluster_upstream_cx_active"].type, "gauge")
+        self.assertEqual(families["envoy_server_live"].samples[0].value, 1)
+        # Histograms in Envoy's buckets: three requests through web.v1.
+        for name in ("envoy_cluster_upstream_rq_time", "envoy_http_downstream_rq_time",
+                     "envoy_cluster_upstream_cx_connect_ms"):
+            fam = families[name]
+            self.assertEqual(fam.type, "histogram", name)
+            les = [s.labels["le"] for s in fam.samples if s.name.endswith("_bucket") and
+                   s.labels.get("envoy_cluster_name", "web.v1") == "web.v1" and
+                   s.labels.get("envoy_http_conn_manager_prefix", "ingress") == "ingress"]
+            self.assertEqual(les[:3], ["0.5", "1", "5"], name)
+            self.assertEqual(les[-1], "+Inf")
+        counts = {s.labels.get("envoy_cluster_name"): s.value
+                  for s in families["envoy_cluster_upstream_rq_time"].samples
+                  if s.name.endswith("_count")}
+        self.assertEqual(counts["web.v1"], 3)
+        self.assertEqual(counts["idle"], 0)
+        dcount = [s.value for s in families["envoy_http_downstream_rq_time"].samples
+                  if s.name.endswith("_count")]
+        self.assertEqual(dcount, [3])
+        # The same through /stats?format=prometheus, and filtered.
+        status, body = self.get("/stats?format=prometheus&filter=upstream_cx_total")
+        names = {f.name for f in text_string_to_metric_families(body)}
+        # (the parser names a counter family without its "_total")
+        self.assertEqual(names, {"envoy_cluster_upstream_cx"})
+
+    def test_listeners_and_clusters(self):
+        status, body = self.get("/listeners")
+        self.assertEqual((status, body), (200, "front::127.0.0.1:%d\n" % self.port))
+        status, body = self.get("/listeners?format=json")
+        self.assertEqual(json.loads(body), {"listener_statuses": [{
+            "name": "front",
+            "local_address": {"socket_address": {"address": "127.0.0.1",
+                                                 "port_value": self.port}}}]})
+        status, body = self.get("/clusters")
+        self.assertIn("web.v1::default_priority::max_connections::7\n", body)
+        self.assertIn("web.v1::127.0.0.1:%d::health_flags::healthy\n" % self.up.port, body)
+        status, body = self.get("/clusters?format=json")
+        statuses = {c["name"]: c for c in json.loads(body)["cluster_statuses"]}
+        self.assertEqual(set(statuses), {"web.v1", "idle"})
+        web = statuses["web.v1"]
+        self.assertEqual(web["circuit_breakers"]["thresholds"][0]["max_requests"], 9)
+        self.assertEqual([h["address"]["socket_address"]["port_value"]
+                          for h in web["host_statuses"]], [self.up.port])
+        self.assertEqual(len(statuses["idle"]["host_statuses"]), 2)
+
+
+if __name__ == "__main__":
+    unittest.main()
