@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "envoy/config/cluster/v3/cluster.pb.h"
@@ -986,10 +987,86 @@ std::shared_ptr<const HostSet> ResolveDnsCluster(const DnsCluster& dns,
   return hosts;
 }
 
+namespace {
+
+// Flattens a runtime layer's Struct into dotted keys (Envoy's static_layer rules: nested objects
+// are path components; values are scalars).
+void FlattenRuntime(const google::protobuf::Struct& st, const std::string& prefix,
+                    const std::string& path, std::map<std::string, std::string>* out,
+                    std::vector<std::string>* errors) {
+  for (const auto& [k, v] : st.fields()) {
+    std::string key = prefix.empty() ? k : prefix + "." + k;
+    switch (v.kind_case()) {
+      case google::protobuf::Value::kStructValue:
+        FlattenRuntime(v.struct_value(), key, path, out, errors);
+        break;
+      case google::protobuf::Value::kNumberValue: {
+        double d = v.number_value();
+        (*out)[key] = d == static_cast<double>(static_cast<int64_t>(d))
+                          ? absl::StrCat(static_cast<int64_t>(d))
+                          : absl::StrCat(d);
+        break;
+      }
+      case google::protobuf::Value::kBoolValue:
+        (*out)[key] = v.bool_value() ? "true" : "false";
+        break;
+      case google::protobuf::Value::kStringValue:
+        (*out)[key] = v.string_value();
+        break;
+      default:
+        errors->push_back(absl::StrCat(path, ".", key,
+                                       ": a runtime value must be a number, a "
+                                       "boolean or a string"));
+    }
+  }
+}
+
+// The runtime keys rpx reads.
+constexpr char kGlobalMaxConnections[] = "overload.global_downstream_max_connections";
+
+void BuildRuntime(const envoy::config::bootstrap::v3::Bootstrap& b, const std::string& source,
+                  RuntimeConfig* out, std::vector<std::string>* errors) {
+  const auto& layers = b.layered_runtime().layers();
+  std::vector<std::string> local;
+  for (int i = 0; i < layers.size(); ++i) {
+    const auto& l = layers[i];
+    std::string p = absl::StrCat(source, ": layered_runtime.layers[", i, "]");
+    if (l.name().empty()) local.push_back(p + ".name: is required");
+    for (const auto& prev : out->layers) {
+      if (prev == l.name() && !l.name().empty()) {
+        local.push_back(absl::StrCat(p, ".name: duplicate layer name '", l.name(), "'"));
+      }
+    }
+    out->layers.push_back(l.name());
+    out->layer_values.emplace_back();
+    if (l.has_static_layer()) {
+      FlattenRuntime(l.static_layer(), "", p + ".static_layer", &out->layer_values.back(), &local);
+      for (const auto& [k, v] : out->layer_values.back()) out->values[k] = v;
+    }
+    // admin_layer: accepted (it names where /runtime_modify writes, which rpx does not have).
+  }
+  for (const auto& [key, value] : out->values) {
+    if (key == kGlobalMaxConnections) {
+      uint64_t n = 0;
+      if (!absl::SimpleAtoi(value, &n)) {
+        local.push_back(absl::StrCat(source, ": layered_runtime: ", key,
+                                     ": must be a whole number of connections, not '", value, "'"));
+      }
+      out->global_max_connections = n;
+    } else {
+      out->unused_keys.push_back(key);
+    }
+  }
+  errors->insert(errors->end(), local.begin(), local.end());
+}
+
+}  // namespace
+
 bool BuildServerConfig(const envoy::config::bootstrap::v3::Bootstrap& bootstrap,
                        const BuildOptions& options, ServerConfig* out,
                        std::vector<std::string>* errors) {
   size_t errors_before = errors->size();
+  BuildRuntime(bootstrap, options.source, &out->runtime, errors);
   BuildOptions opts = options;
   const auto& secrets = bootstrap.static_resources().secrets();
   for (int i = 0; i < secrets.size(); ++i) {
@@ -1121,9 +1198,23 @@ bool BuildServerConfig(const envoy::config::bootstrap::v3::Bootstrap& bootstrap,
               absl::StrCat("cluster '", out->xds.cluster,
                            "': TLS to the xDS server is not implemented yet (the stream would go "
                            "out in cleartext)"));
-    } else if (!it->second.hosts || it->second.hosts->empty()) {
-      b.Error("dynamic_resources.ads_config",
-              absl::StrCat("cluster '", out->xds.cluster, "' has no endpoints"));
+    } else {
+      const DnsCluster* dns = nullptr;
+      for (const auto& d : out->dns_clusters) {
+        if (d.cluster == out->xds.cluster) dns = &d;
+      }
+      if (dns && !dns->targets.empty()) {
+        // Resolved by gRPC (not needed to validate, and a name that does not resolve yet only
+        // delays the stream, as in Envoy).
+        out->xds.target =
+            absl::StrCat("dns:///", dns->targets[0].hostname, ":", dns->targets[0].port);
+      } else if (!it->second.hosts || it->second.hosts->empty()) {
+        b.Error("dynamic_resources.ads_config",
+                absl::StrCat("cluster '", out->xds.cluster, "' has no endpoints"));
+      } else {
+        const SocketAddress& a = (*it->second.hosts)[0]->address;
+        out->xds.target = absl::StrCat(a.family() == AF_INET6 ? "ipv6:" : "ipv4:", a.ToString());
+      }
     }
   }
   for (const auto& [name, entry] : out->clusters) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -85,6 +86,8 @@ struct alignas(64) ListenerStats {
   Counter ssl_session_reused;
   Counter ssl_handshake_timeout;  // transport_socket_connect_timeout
   Counter ssl_no_certificate;     // handshakes without a client certificate
+  // Refused: overload.global_downstream_max_connections was reached.
+  Counter downstream_global_cx_overflow;
 };
 struct ListenerStatsBlock {
   explicit ListenerStatsBlock(uint32_t slots)
@@ -139,6 +142,49 @@ struct XdsConfig {
   bool lds = false;             // lds_config is ADS
   bool cds = false;             // cds_config is ADS
   uint64_t initial_fetch_timeout_ms = 15000;
+  // gRPC's target for the stream: "ipv4:127.0.0.1:18000" for a STATIC cluster's first
+  // endpoint, "dns:///xds.example.com:18000" for a STRICT_DNS one (gRPC resolves it, and again
+  // when it reconnects).
+  std::string target;
+};
+
+// layered_runtime: the static layers' keys, flattened
+// ("overload.global_downstream_max_connections"), later layers over earlier ones. rpx applies the
+// keys it knows and lists the others.
+struct RuntimeConfig {
+  std::vector<std::string> layers;                               // every layer's name, in order
+  std::vector<std::map<std::string, std::string>> layer_values;  // each layer's own keys
+  std::map<std::string, std::string> values;                     // key -> final value, as text
+  std::vector<std::string> unused_keys;                          // keys rpx does not read (sorted)
+  uint64_t global_max_connections = 0;  // overload.global_downstream_max_connections; 0: none
+};
+
+// Connections open across every listener and worker, for
+// overload.global_downstream_max_connections. Shared by the workers (any thread); one per process,
+// so a new configuration keeps the count.
+class GlobalConnectionLimit {
+ public:
+  void set_max(uint64_t max) { max_.store(max, std::memory_order_relaxed); }
+  uint64_t max() const { return max_.load(std::memory_order_relaxed); }
+  bool TryAcquire() {
+    uint64_t max = max_.load(std::memory_order_relaxed);
+    if (max == 0) {
+      active_.fetch_add(1, std::memory_order_relaxed);
+      return true;
+    }
+    int64_t n = active_.fetch_add(1, std::memory_order_relaxed);
+    if (n >= static_cast<int64_t>(max)) {
+      active_.fetch_sub(1, std::memory_order_relaxed);
+      return false;
+    }
+    return true;
+  }
+  void Release() { active_.fetch_sub(1, std::memory_order_relaxed); }
+  int64_t active() const { return active_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<uint64_t> max_{0};
+  std::atomic<int64_t> active_{0};
 };
 
 // A STRICT_DNS cluster's names, re-resolved every refresh_ms by the main thread.
@@ -161,6 +207,7 @@ struct ServerConfig {
   std::vector<DnsCluster> dns_clusters;
   std::optional<SocketAddress> admin_address;
   XdsConfig xds;
+  RuntimeConfig runtime;
 };
 
 struct BuildOptions {

@@ -127,6 +127,10 @@ std::string Admin::Handle(const RequestHead& head, int* status, std::string* con
     }
     return RenderStatsText(CollectStats(), q);
   }
+  if (path == "/runtime") {
+    *content_type = "application/json";
+    return RuntimeJson();
+  }
   if (path == "/listeners")
     return Listeners(head.path.find("format=json") != std::string::npos, content_type);
   if (path == "/clusters")
@@ -168,7 +172,7 @@ std::string Admin::Handle(const RequestHead& head, int* status, std::string* con
     return "rpx admin\n  /ready\n  /stats\n  /server_info\n  /config_dump\n  /quitquitquit "
            "(POST)\n  /drain_listeners[?graceful] (POST)\n  /healthcheck/fail, /healthcheck/ok "
            "(POST)\n  /reopen_logs (POST)\n  /stats/prometheus\n  /listeners[?format=json]\n"
-           "  /clusters[?format=json]\n";
+           "  /clusters[?format=json]\n  /runtime\n";
   }
   *status = 404;
   return absl::StrCat("unknown admin path: ", path, "\n");
@@ -254,6 +258,33 @@ std::string Admin::Clusters(bool json, std::string* content_type) const {
   }
   if (json) out += "]}\n";
   return out;
+}
+
+std::string Admin::RuntimeJson() const {
+  // Envoy's shape, plus the keys rpx does not read ("unused_keys").
+  const RuntimeConfig& r = config_.runtime;
+  std::string out = "{\"layers\":[";
+  for (size_t i = 0; i < r.layers.size(); ++i) {
+    absl::StrAppend(&out, i ? "," : "", JsonQuote(r.layers[i]));
+  }
+  out += "],\"entries\":{";
+  bool first = true;
+  for (const auto& [key, value] : r.values) {
+    absl::StrAppend(&out, first ? "" : ",", JsonQuote(key), ":{\"final_value\":", JsonQuote(value),
+                    ",\"layer_values\":[");
+    for (size_t i = 0; i < r.layer_values.size(); ++i) {
+      auto it = r.layer_values[i].find(key);
+      absl::StrAppend(&out, i ? "," : "",
+                      JsonQuote(it == r.layer_values[i].end() ? "" : it->second));
+    }
+    out += "]}";
+    first = false;
+  }
+  out += "},\"unused_keys\":[";
+  for (size_t i = 0; i < r.unused_keys.size(); ++i) {
+    absl::StrAppend(&out, i ? "," : "", JsonQuote(r.unused_keys[i]));
+  }
+  return out + "]}\n";
 }
 
 std::string Admin::StatsText() const { return RenderStatsText(CollectStats(), StatsQuery()); }
@@ -345,6 +376,7 @@ std::vector<StatEntry> Admin::CollectStats() const {
       add("ssl.connection_error", st.ssl_connection_error.Value());
       add("ssl.session_reused", st.ssl_session_reused.Value());
       add("ssl.no_certificate", st.ssl_no_certificate.Value());
+      add("downstream_global_cx_overflow", st.downstream_global_cx_overflow.Value());
     }
   }
   // HTTP connection manager counters (http.<stat_prefix>.*): every chain's, summed over chains
@@ -397,6 +429,9 @@ std::vector<StatEntry> Admin::CollectStats() const {
       for (uint32_t i = 0; i < h2->stats_slots; ++i) rq_time.Add(h2->stats[i].downstream_rq_time);
     }
   }
+  out["runtime.num_layers"] = config_.runtime.layers.size();
+  out["runtime.num_keys"] = config_.runtime.values.size();
+  out["runtime.unused_keys"] = config_.runtime.unused_keys.size();  // rpx: keys it does not read
   out["server.concurrency"] = concurrency_;
   out["server.live"] = Ready() ? 1 : 0;
   if (extra_stats_) extra_stats_(&out);

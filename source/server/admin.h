@@ -4,6 +4,7 @@
 //                ?usedonly, ?format=json|prometheus)
 //   GET /stats/prometheus  the same in the Prometheus text format, with Envoy's tags
 //   GET /listeners, /clusters  Envoy's text formats, or ?format=json
+//   GET /runtime  the layered_runtime keys (Envoy's JSON), and those rpx does not read
 //   GET /server_info  JSON: version, state, node, concurrency
 //   GET /config_dump  JSON: active listeners, routes, clusters, endpoints (version, time applied)
 //                     and the xDS state with the last NACK
@@ -66,6 +67,7 @@ class Admin : public StreamHandlerFactory {
   void OnConnectionClosed(ServerConnection* c);
   std::string Listeners(bool json, std::string* content_type) const;
   std::string Clusters(bool json, std::string* content_type) const;
+  std::string RuntimeJson() const;
 
   Dispatcher& dispatcher_;
   const ServerConfig& config_;

@@ -18,7 +18,10 @@ bool IsGaugeName(const std::string& stat) {
                                         "live",
                                         "connected",
                                         "write_total_buffered",
-                                        "last_route_propagation_us"};
+                                        "last_route_propagation_us",
+                                        "num_keys",
+                                        "num_layers",
+                                        "unused_keys"};
   if (absl::EndsWith(stat, "_active") || absl::EndsWith(stat, "active_connections")) return true;
   for (const char* g : kGauges) {
     if (absl::EndsWith(stat, g)) return true;

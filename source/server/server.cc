@@ -54,12 +54,6 @@ bool LoadConfig(const ServerOptions& options, uint32_t workers, bool resolve_dns
   return ok && errors.empty();
 }
 
-// gRPC target for the xDS cluster's first endpoint.
-std::string GrpcTarget(const SocketAddress& a) {
-  return a.family() == AF_INET6 ? absl::StrCat("ipv6:", a.ToString())
-                                : absl::StrCat("ipv4:", a.ToString());
-}
-
 }  // namespace
 
 int RunServer(const ServerOptions& options) {
@@ -104,12 +98,15 @@ int RunServer(const ServerOptions& options) {
     admin_fd = *fd;
   }
 
+  GlobalConnectionLimit global_connections;
+  global_connections.set_max(config.runtime.global_max_connections);
   std::vector<std::unique_ptr<Worker>> worker_list;
   auto clusters = std::make_shared<const ClusterMap>(config.clusters);
   for (uint32_t w = 0; w < workers; ++w) {
     worker_list.push_back(std::make_unique<Worker>(w));
     worker_list[w]->set_drain_ms(options.drain_time_ms);
     worker_list[w]->set_log_files(&log_files);
+    worker_list[w]->set_global_connections(&global_connections);
     worker_list[w]->dispatcher().SetBatchWait(options.batch_wait_us);
     worker_list[w]->dispatcher().SetReadBatching(options.read_batching);
     worker_list[w]->dispatcher().SetWriteBatching(options.write_batching);
@@ -174,9 +171,8 @@ int RunServer(const ServerOptions& options) {
 
   std::unique_ptr<XdsClient> xds;
   if (config.xds.enabled) {
-    const ClusterEntry& cluster = config.clusters.at(config.xds.cluster);
     XdsClientOptions xo;
-    xo.target = GrpcTarget((*cluster.hosts)[0]->address);
+    xo.target = config.xds.target;
     xo.delta = config.xds.delta;
     xo.node = bootstrap.node();
     xo.node.set_user_agent_name("rpx");

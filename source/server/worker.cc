@@ -193,9 +193,16 @@ void Worker::Serve(ActiveListener& l, int fd, const SocketAddress& peer, int cha
     ::close(fd);
     return;
   }
+  if (global_connections_ && !global_connections_->TryAcquire()) {
+    // Envoy closes it at once too (no delay: the process itself is at its limit).
+    StatsFor(c).downstream_global_cx_overflow.Inc();
+    ::close(fd);
+    return;
+  }
   LimitSlot slot;
   if (fc.connection_limit) {
     if (!fc.connection_limit->TryAcquire()) {
+      if (global_connections_) global_connections_->Release();
       Reject(fd, fc.connection_limit->delay_ms);
       return;
     }
@@ -332,6 +339,7 @@ void Worker::OpenConnection::OnClosed() {
   }
   l->connections.Remove(this);
   w->open_connections_.fetch_sub(1, std::memory_order_relaxed);
+  if (w->global_connections_) w->global_connections_->Release();
   slot_ = LimitSlot();  // the listener's limit counts open connections, not unfreed memory
   w->dispatcher_.DeferredDelete(std::unique_ptr<DeferredDeletable>(this));
   // A draining listener with no connections left is freed (after this callback returns).

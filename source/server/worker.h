@@ -60,6 +60,8 @@ class Worker {
   // Access log files: this worker hands its buffered lines to their writers once a second.
   // Before Start.
   void set_log_files(LogFileManager* files) { log_files_ = files; }
+  // overload.global_downstream_max_connections, shared by every worker. Before Start.
+  void set_global_connections(GlobalConnectionLimit* limit) { global_connections_ = limit; }
   Dispatcher& dispatcher() { return dispatcher_; }
 
  private:
@@ -176,6 +178,7 @@ class Worker {
 
   uint32_t index_;
   LogFileManager* log_files_ = nullptr;
+  GlobalConnectionLimit* global_connections_ = nullptr;
   std::atomic<uint64_t> drain_ms_{5000};  // for listeners replaced by a new address
   Dispatcher dispatcher_;
   Random random_;

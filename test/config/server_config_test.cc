@@ -124,6 +124,44 @@ TEST(ServerConfigTest, AnUnnamedStaticListenerIsNamedAfterItsAddress) {
   EXPECT_EQ(c.listeners[0]->name, "127.0.0.1:8443");
 }
 
+TEST(ServerConfigTest, LayeredRuntime) {
+  std::string yaml = std::string(kGood) + R"(
+layered_runtime:
+  layers:
+  - name: base
+    static_layer:
+      overload: {global_downstream_max_connections: 50000}
+      re2.max_program_size: {error_level: 1000}
+      some_flag: true
+  - name: override
+    static_layer: {overload.global_downstream_max_connections: 100}
+  - name: admin
+    admin_layer: {}
+)";
+  ServerConfig c;
+  std::vector<std::string> errors;
+  ASSERT_TRUE(Build(yaml, &c, &errors)) << ::testing::PrintToString(errors);
+  EXPECT_EQ(c.runtime.global_max_connections, 100u);
+  EXPECT_EQ(c.runtime.layers, (std::vector<std::string>{"base", "override", "admin"}));
+  EXPECT_EQ(c.runtime.values.at("some_flag"), "true");
+  EXPECT_EQ(c.runtime.unused_keys,
+            (std::vector<std::string>{"re2.max_program_size.error_level", "some_flag"}));
+
+  EXPECT_THAT(OnlyError(std::string(kGood) +
+                        "layered_runtime: {layers: [{name: l, static_layer: {overload: "
+                        "{global_downstream_max_connections: lots}}}]}\n"),
+              HasSubstr("overload.global_downstream_max_connections: must be a whole number of "
+                        "connections, not 'lots'"));
+  EXPECT_THAT(OnlyError(std::string(kGood) +
+                        "layered_runtime: {layers: [{name: l, static_layer: {a: [1, 2]}}]}\n"),
+              HasSubstr("layered_runtime.layers[0].static_layer.a: a runtime value must be a "
+                        "number, a boolean or a string"));
+  EXPECT_THAT(OnlyError(std::string(kGood) +
+                        "layered_runtime: {layers: [{name: d, disk_layer: {symlink_root: /x}}]}\n"),
+              HasSubstr("field 'disk_layer' of envoy.config.bootstrap.v3.RuntimeLayer is not "
+                        "supported by rpx"));
+}
+
 TEST(ServerConfigTest, UnknownClusterInRoute) {
   std::string e = OnlyError(Replace(kGood, "route: {cluster: web}", "route: {cluster: nope}"));
   EXPECT_THAT(e, HasSubstr("t.yaml: static_resources.listeners[0].filter_chains[0].filters[0]."

@@ -150,6 +150,37 @@ class ValidateTest(IntegrationTestCase):
         self.assertEqual(cp.returncode, 0, cp.stderr)
         self.assertIn("OK", cp.stdout)
 
+    def test_xds_bootstrap_with_a_dns_control_plane(self):
+        # Validation resolves no names: a STRICT_DNS xDS cluster (Envoy's dynamic-config example
+        # reaches its control plane as "go-control-plane") is valid as written.
+        text = """\
+node: {id: n, cluster: c}
+admin: {address: {socket_address: {address: 127.0.0.1, port_value: %d}}}
+dynamic_resources:
+  ads_config:
+    api_type: GRPC
+    transport_api_version: V3
+    grpc_services: [{envoy_grpc: {cluster_name: xds_cluster}}]
+  cds_config: {resource_api_version: V3, ads: {}}
+  lds_config: {resource_api_version: V3, ads: {}}
+static_resources:
+  clusters:
+  - name: xds_cluster
+    type: STRICT_DNS
+    connect_timeout: 1s
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: {http2_protocol_options: {}}
+    load_assignment:
+      cluster_name: xds_cluster
+      endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address:
+        {address: go-control-plane.invalid, port_value: 18000}}}}]}]
+""" % self.admin_port
+        _, cp = self.validate(text)
+        self.assertEqual(cp.returncode, 0, cp.stderr)
+        self.assertIn("OK", cp.stdout)
+
     def test_validate_does_not_bind(self):
         # Validation must not need the ports: they may be taken by the running instance.
         s = socket.socket()

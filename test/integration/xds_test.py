@@ -58,7 +58,7 @@ class XdsTests(object):
 
     # -- setup helpers
     def start_all(self, upstreams=("A",), clusters=None, route_to=None, poll_ms=200,
-                  concurrency=2, rpx_args=()):
+                  concurrency=2, rpx_args=(), xds_by_dns_name=False):
         """Echo upstreams named `upstreams`; EDS clusters (`clusters`: cluster -> upstream names;
         default one cluster per upstream, named after it); listener "main" on self.port whose
         routes (RDS "main_routes") send everything to `route_to` (default: the first cluster);
@@ -74,9 +74,14 @@ class XdsTests(object):
         }
         self.xds = self.start_xds_server({CONFIG_FILE: self.state}, poll_ms=poll_ms)
         self.xds.wait_for(r"^snapshot version=1 listeners=main ", what="the first snapshot")
-        self.proxy = self.start_rpx(
-            xds_bootstrap(self.xds.port, node_id=NODE, delta=self.API_TYPE == "DELTA_GRPC"),
-            concurrency=concurrency, extra_args=list(rpx_args))
+        boot = xds_bootstrap(self.xds.port, node_id=NODE, delta=self.API_TYPE == "DELTA_GRPC")
+        if xds_by_dns_name:
+            # The control plane by name, as Envoy's own examples reach theirs.
+            xds_cluster = boot["static_resources"]["clusters"][0]
+            xds_cluster["type"] = "STRICT_DNS"
+            lb = xds_cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]
+            lb["endpoint"]["address"]["socket_address"]["address"] = "localhost"
+        self.proxy = self.start_rpx(boot, concurrency=concurrency, extra_args=list(rpx_args))
         self.xds.wait_for(r"^stream open node=%s mode=%s$" % (NODE, self.MODE),
                           what="a %s stream" % self.MODE)
         return self.proxy
@@ -153,6 +158,10 @@ class XdsTests(object):
             self.assertGreaterEqual(s["updates"], 1, t)
             self.assertEqual(s["nacks"], 0, t)
             self.assertIsNone(s["last_nack"], t)
+
+    def test_xds_cluster_found_by_dns_name(self):
+        self.start_all(("A",), xds_by_dns_name=True)
+        self.assertEqual(self.served_by("/by-name"), "A")
 
     # -- 2
     def test_route_change_is_applied(self):
