@@ -18,6 +18,7 @@
 
 #include "re2/re2.h"
 #include "source/common/histogram.h"
+#include "source/common/json.h"
 
 namespace rpx {
 
@@ -54,8 +55,5 @@ std::string RenderPrometheus(const std::vector<StatEntry>& stats, const StatsQue
 
 // "a=1&b=x%20y&flag" -> {a: 1, b: "x y", flag: ""}.
 std::map<std::string, std::string> ParseQuery(const std::string& query);
-
-// JSON string escaping (with the quotes).
-std::string JsonQuote(const std::string& s);
 
 }  // namespace rpx

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "google/protobuf/util/json_util.h"
+#include "source/common/json.h"
 #include "source/common/logger.h"
 #include "source/config/supported_fields.h"
 #include "source/network/listener.h"
@@ -61,23 +62,6 @@ std::string Json(const google::protobuf::Message& m) {
   o.preserve_proto_field_names = true;
   if (!google::protobuf::util::MessageToJsonString(m, &out, o).ok()) return "null";
   return out;
-}
-
-std::string Quote(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      snprintf(buf, sizeof(buf), "\\u%04x", c);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
 }
 
 std::string Errors(const std::vector<std::string>& errors) { return absl::StrJoin(errors, "; "); }
@@ -959,8 +943,8 @@ std::string ConfigManager::ConfigDumpJson() const {
   std::string out = "{\n";
   auto item = [](const std::string& name, const std::string& version, int64_t updated,
                  const std::string& state, const std::string& config) {
-    return absl::StrCat("    {\"name\": ", Quote(name), ", \"version\": ", Quote(version),
-                        ", \"last_updated_ms\": ", updated, ", \"state\": ", Quote(state),
+    return absl::StrCat("    {\"name\": ", JsonQuote(name), ", \"version\": ", JsonQuote(version),
+                        ", \"last_updated_ms\": ", updated, ", \"state\": ", JsonQuote(state),
                         ", \"config\": ", config, "}");
   };
   std::vector<std::string> items;
@@ -1003,7 +987,7 @@ std::string ConfigManager::ConfigDumpJson() const {
                        : sec.proto.has_session_ticket_keys() ? "session_ticket_keys"
                                                              : "generic_secret";
     items.push_back(item(name, sec.version, sec.updated_ms, "active",
-                         absl::StrCat("{\"type\": ", Quote(kind), "}")));
+                         absl::StrCat("{\"type\": ", JsonQuote(kind), "}")));
   }
   absl::StrAppend(&out, "  \"secrets\": [\n", absl::StrJoin(items, ",\n"), "\n  ],\n");
   std::string last_nack = "null";
@@ -1011,9 +995,9 @@ std::string ConfigManager::ConfigDumpJson() const {
     std::vector<std::string> status;
     for (const auto& [type, s] : xds_->status()) {
       status.push_back(absl::StrCat(
-          "    ", Quote(type), ": {\"version\": ", Quote(s.version), ", \"updates\": ", s.updates,
-          ", \"nacks\": ", s.nacks,
-          ", \"last_nack\": ", s.last_nack.empty() ? "null" : Quote(s.last_nack), "}"));
+          "    ", JsonQuote(type), ": {\"version\": ", JsonQuote(s.version),
+          ", \"updates\": ", s.updates, ", \"nacks\": ", s.nacks,
+          ", \"last_nack\": ", s.last_nack.empty() ? "null" : JsonQuote(s.last_nack), "}"));
     }
     absl::StrAppend(&out, "  \"xds\": {\"connected\": ", connected_ ? "true" : "false",
                     ", \"ignored_fields\": ", ignored_fields_, ", \"types\": {\n",

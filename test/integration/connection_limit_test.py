@@ -7,7 +7,7 @@ import subprocess
 import unittest
 
 from harness import (IntegrationTestCase, bootstrap, cluster, free_port, http_listener,
-                     http_request, route, virtual_host)
+                     http_request, refused_by_peer, route, virtual_host)
 
 LIMIT_TYPE = "type.googleapis.com/envoy.extensions.filters.network.connection_limit.v3.ConnectionLimit"
 
@@ -20,16 +20,6 @@ def limited_listener(name, port, cluster_name, max_connections, delay=None):
     filters = listener["filter_chains"][0]["filters"]
     filters.insert(0, {"name": "envoy.filters.network.connection_limit", "typed_config": limit})
     return listener
-
-
-def refused(sock, timeout=10.0):
-    """True if the peer closes the connection without sending anything."""
-    sock.settimeout(timeout)
-    try:
-        sock.sendall(http_request("GET", "/refused"))
-        return sock.recv(1024) == b""
-    except (ConnectionResetError, BrokenPipeError):
-        return True
 
 
 class ConnectionLimitTest(IntegrationTestCase):
@@ -52,7 +42,7 @@ class ConnectionLimitTest(IntegrationTestCase):
 
         extra = socket.create_connection(("127.0.0.1", self.port))
         self.addCleanup(extra.close)
-        self.assertTrue(refused(extra), "a connection over the cap was served")
+        self.assertTrue(refused_by_peer(extra), "a connection over the cap was served")
         self.assertEqual(self.proxy.stat("connection_limit.capped.limited_connections"), 1)
         # A real client sees an empty reply, not a hang.
         r = subprocess.run(["curl", "-s", "-o", "/dev/null", "--max-time", "10",
@@ -79,7 +69,7 @@ class ConnectionLimitTest(IntegrationTestCase):
         self.assertEqual(first.read_response().status, 200)
         extra = socket.create_connection(("127.0.0.1", self.delay_port))
         self.addCleanup(extra.close)
-        self.assertTrue(refused(extra))
+        self.assertTrue(refused_by_peer(extra))
         self.assertEqual(self.proxy.stat("connection_limit.slowcap.limited_connections"), 1)
         first.send(http_request("GET", "/second"))
         self.assertEqual(first.read_response().status, 200)

@@ -197,6 +197,16 @@ def port_is_listening(port, timeout=0.5):
         s.close()
 
 
+def refused_by_peer(sock, timeout=10.0):
+    """True if the peer closes the connection without answering a request sent on it."""
+    sock.settimeout(timeout)
+    try:
+        sock.sendall(http_request("GET", "/refused"))
+        return sock.recv(1024) == b""
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+
+
 def det_bytes(n):
     """n deterministic bytes (what the EchoUpstream's /bytes/N, /chunked/N and /eof/N send)."""
     pattern = bytes((i * 7 + 3) % 251 for i in range(251))

@@ -7,17 +7,7 @@ import socket
 import unittest
 
 from harness import (IntegrationTestCase, bootstrap, cluster, free_port, http_listener,
-                     http_request, route, virtual_host)
-
-
-def refused(sock, timeout=10.0):
-    """True if the peer closes the connection without answering."""
-    sock.settimeout(timeout)
-    try:
-        sock.sendall(http_request("GET", "/refused"))
-        return sock.recv(1024) == b""
-    except (ConnectionResetError, BrokenPipeError):
-        return True
+                     http_request, refused_by_peer, route, virtual_host)
 
 
 class RuntimeTest(IntegrationTestCase):
@@ -49,7 +39,7 @@ class RuntimeTest(IntegrationTestCase):
         for port in self.ports:
             extra = socket.create_connection(("127.0.0.1", port))
             self.addCleanup(extra.close)
-            self.assertTrue(refused(extra), "a connection over the global cap was served")
+            self.assertTrue(refused_by_peer(extra), "a connection over the global cap was served")
         total = (self.proxy.stat("listener.127.0.0.1_%d.downstream_global_cx_overflow" %
                                  self.ports[0]) +
                  self.proxy.stat("listener.127.0.0.1_%d.downstream_global_cx_overflow" %
