@@ -1,5 +1,6 @@
 #include "source/config/access_log_config.h"
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "envoy/config/core/v3/substitution_format_string.pb.h"
@@ -126,7 +127,7 @@ std::unique_ptr<const AccessLogFilter> Filter(const ProtoFilter& f, const std::s
         return nullptr;
       }
       return std::make_unique<HeaderLogFilter>(
-          [m = *m](const HeaderMap& headers) { return m.Matches(headers); });
+          [m = *m](const RequestHead& req) { return m.Matches(req); });
     }
     case ProtoFilter::kResponseFlagFilter: {
       uint32_t mask = 0;
@@ -151,7 +152,14 @@ std::unique_ptr<const AccessLogFilter> Filter(const ProtoFilter& f, const std::s
 
 // A SubstitutionFormatString's formatter.
 std::shared_ptr<const Formatter> Format(const SubstitutionFormatString& s, const std::string& path,
-                                        std::vector<std::string>* errors) {
+                                        std::vector<std::string>* errors,
+                                        std::string* content_type = nullptr) {
+  if (content_type) {
+    // Envoy's defaults: text/plain for text, application/json for JSON.
+    *content_type = !s.content_type().empty()                                  ? s.content_type()
+                    : s.format_case() == SubstitutionFormatString::kJsonFormat ? "application/json"
+                                                                               : "text/plain";
+  }
   Formatter::Options options;
   options.omit_empty_values = s.omit_empty_values();
   absl::StatusOr<std::shared_ptr<const Formatter>> f;
@@ -193,6 +201,81 @@ std::shared_ptr<const Formatter> Default(std::vector<std::string>* errors) {
 }
 
 }  // namespace
+
+std::shared_ptr<const LocalReply> BuildLocalReply(
+    const envoy::extensions::filters::network::http_connection_manager::v3::LocalReplyConfig& c,
+    const std::string& path, std::vector<std::string>* errors) {
+  size_t before = errors->size();
+  auto reply = std::make_shared<LocalReply>();
+  if (c.has_body_format()) {
+    reply->body_format =
+        Format(c.body_format(), path + ".body_format", errors, &reply->content_type);
+  }
+  for (int i = 0; i < c.mappers_size(); ++i) {
+    const auto& m = c.mappers(i);
+    std::string p = absl::StrCat(path, ".mappers[", i, "]");
+    LocalReplyMapper mapper;
+    if (!m.has_filter()) {
+      Err(errors, p + ".filter", "is required");
+      continue;
+    }
+    mapper.filter = Filter(m.filter(), p + ".filter", errors);
+    if (m.has_status_code()) {
+      uint32_t code = m.status_code().value();
+      if (code < 200 || code > 599) {
+        Err(errors, p + ".status_code", "must be within [200, 599]");
+      }
+      mapper.status = code;
+    }
+    if (m.has_body()) {
+      mapper.has_body = ReadDataSource(m.body(), p + ".body", &mapper.body, errors);
+    }
+    if (m.has_body_format_override()) {
+      mapper.body_format = Format(m.body_format_override(), p + ".body_format_override", errors,
+                                  &mapper.content_type);
+    }
+    for (int j = 0; j < m.headers_to_add_size(); ++j) {
+      const auto& h = m.headers_to_add(j);
+      std::string hp = absl::StrCat(p, ".headers_to_add[", j, "]");
+      LocalReplyMapper::Header header;
+      header.key = absl::AsciiStrToLower(h.header().key());
+      if (header.key.empty() || header.key[0] == ':') {
+        Err(errors, hp + ".header.key", "must name a regular header");
+        continue;
+      }
+      auto f = Formatter::Text(h.header().value(), Formatter::Options{.omit_empty_values = true});
+      if (!f.ok()) {
+        Err(errors, hp + ".header.value", std::string(f.status().message()));
+        continue;
+      }
+      header.value = *f;
+      using HVO = envoy::config::core::v3::HeaderValueOption;
+      using Action = LocalReplyMapper::Header::Action;
+      if (h.has_append()) {
+        header.action = h.append().value() ? Action::kAppend : Action::kOverwrite;
+      } else {
+        switch (h.append_action()) {
+          case HVO::ADD_IF_ABSENT:
+            header.action = Action::kAddIfAbsent;
+            break;
+          case HVO::OVERWRITE_IF_EXISTS_OR_ADD:
+            header.action = Action::kOverwrite;
+            break;
+          case HVO::OVERWRITE_IF_EXISTS:
+            header.action = Action::kOverwriteIfExists;
+            break;
+          default:
+            header.action = Action::kAppend;
+        }
+      }
+      header.keep_empty = h.keep_empty_value();
+      mapper.headers.push_back(std::move(header));
+    }
+    reply->mappers.push_back(std::move(mapper));
+  }
+  if (errors->size() != before) return nullptr;
+  return reply;
+}
 
 bool BuildAccessLogs(
     const google::protobuf::RepeatedPtrField<envoy::config::accesslog::v3::AccessLog>& logs,

@@ -568,9 +568,25 @@ bool Builder::BuildHttp(const HttpConnectionManager& hcm, const std::string& pat
     http->upgrades.push_back(std::move(entry));
   }
   http->buffer_limit = buffer_limit;
+  if (hcm.has_scheme_header_transformation()) {
+    const auto& t = hcm.scheme_header_transformation();
+    // match_upstream sets :scheme from the upstream's transport, which matters to HTTP/2
+    // upstreams only; rpx's are HTTP/1, where no :scheme is sent.
+    if (!t.scheme_to_overwrite().empty()) {
+      if (t.scheme_to_overwrite() != "http" && t.scheme_to_overwrite() != "https") {
+        Error(path + ".scheme_header_transformation.scheme_to_overwrite",
+              absl::StrCat("must be http or https, not '", t.scheme_to_overwrite(), "'"));
+      }
+      http->scheme_to_overwrite = t.scheme_to_overwrite();
+    }
+  }
   {
     std::vector<std::string> log_errors;
     BuildAccessLogs(hcm.access_log(), path, options_.log_files, http.get(), &log_errors);
+    if (hcm.has_local_reply_config()) {
+      http->local_reply =
+          BuildLocalReply(hcm.local_reply_config(), path + ".local_reply_config", &log_errors);
+    }
     for (const auto& e : log_errors) errors_->push_back(absl::StrCat(options_.source, ": ", e));
   }
   if (hcm.has_rds()) {

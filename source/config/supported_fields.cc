@@ -65,6 +65,20 @@ const std::set<std::string>& Supported() {
       // access logs
       "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager."
       "access_log",
+      "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager."
+      "local_reply_config",
+      "envoy.extensions.filters.network.http_connection_manager.v3.LocalReplyConfig.mappers",
+      "envoy.extensions.filters.network.http_connection_manager.v3.LocalReplyConfig.body_format",
+      "envoy.extensions.filters.network.http_connection_manager.v3.ResponseMapper.filter",
+      "envoy.extensions.filters.network.http_connection_manager.v3.ResponseMapper.status_code",
+      "envoy.extensions.filters.network.http_connection_manager.v3.ResponseMapper.body",
+      "envoy.extensions.filters.network.http_connection_manager.v3.ResponseMapper."
+      "body_format_override",
+      "envoy.extensions.filters.network.http_connection_manager.v3.ResponseMapper.headers_to_add",
+      "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager."
+      "scheme_header_transformation",
+      "envoy.config.core.v3.SchemeHeaderTransformation.scheme_to_overwrite",
+      "envoy.config.core.v3.SchemeHeaderTransformation.match_upstream",
       "envoy.config.accesslog.v3.AccessLog.name",
       "envoy.config.accesslog.v3.AccessLog.filter",
       "envoy.config.accesslog.v3.AccessLog.typed_config",

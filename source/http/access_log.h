@@ -65,17 +65,18 @@ class AndOrLogFilter : public AccessLogFilter {
   std::vector<std::unique_ptr<const AccessLogFilter>> filters_;
 };
 
-// A request header matcher (the router's HeaderMatch, given as a predicate).
+// A request header matcher (the router's HeaderMatch, given as a predicate; it sees the
+// pseudo-headers too: ":method", ":path", ":authority").
 class HeaderLogFilter : public AccessLogFilter {
  public:
-  explicit HeaderLogFilter(std::function<bool(const HeaderMap&)> match)
+  explicit HeaderLogFilter(std::function<bool(const RequestHead&)> match)
       : match_(std::move(match)) {}
   bool Matches(const FormatContext& ctx) const override {
-    return ctx.request && match_(ctx.request->headers);
+    return ctx.request && match_(*ctx.request);
   }
 
  private:
-  std::function<bool(const HeaderMap&)> match_;
+  std::function<bool(const RequestHead&)> match_;
 };
 
 // Any of `flags` set (any flag at all when `flags` is 0).

@@ -61,6 +61,7 @@ enum class Op {
   kPeerFingerprint256,
   kTlsVersion,
   kTlsCipher,
+  kLocalReplyBody,
 };
 
 struct NamedOp {
@@ -105,6 +106,7 @@ constexpr NamedOp kPlainOps[] = {
     {"DOWNSTREAM_PEER_FINGERPRINT_256", Op::kPeerFingerprint256, false},
     {"DOWNSTREAM_TLS_VERSION", Op::kTlsVersion, false},
     {"DOWNSTREAM_TLS_CIPHER", Op::kTlsCipher, false},
+    {"LOCAL_REPLY_BODY", Op::kLocalReplyBody, false},
 };
 
 // A piece of a START_TIME format: strftime text, or one of Envoy's additions.
@@ -224,6 +226,10 @@ bool RequestHeader(const FormatContext& ctx, const std::string& name, std::strin
     } else if (name == ":authority" || name == ":host") {
       *out = r->host;
     } else if (name == ":scheme") {
+      if (ctx.scheme) {
+        *out = *ctx.scheme;
+        return true;
+      }
       *scratch = ctx.downstream && ctx.downstream->is_tls() ? "https" : "http";
       *out = *scratch;
     } else if (name == ":protocol") {
@@ -421,6 +427,10 @@ Value Evaluate(const Formatter::Segment& s, const FormatContext& ctx, std::strin
       out->append(v);
       return Value::kString;
     }
+    case Op::kLocalReplyBody:
+      if (!ctx.local_reply_body) return Value::kMissing;
+      out->append(*ctx.local_reply_body);
+      return Value::kString;
     case Op::kTlsVersion:
     case Op::kTlsCipher: {
       if (!ctx.downstream) return Value::kMissing;

@@ -10,6 +10,7 @@
 #include "source/common/histogram.h"
 #include "source/common/stats.h"
 #include "source/http/access_log.h"
+#include "source/http/local_reply.h"
 
 namespace rpx {
 
@@ -77,6 +78,9 @@ struct HttpConfig {
   // the start (%START_TIME%), monotonic times for durations (%DURATION%, duration_filter), a copy
   // of the response headers, the upstream connection's local address.
   std::vector<std::shared_ptr<const AccessLog>> access_logs;
+  std::shared_ptr<const LocalReply> local_reply;  // local_reply_config; null: none
+  // scheme_header_transformation.scheme_to_overwrite: the request's :scheme ("" keeps it).
+  std::string scheme_to_overwrite;
   bool record_start_time = false;
   bool record_durations = false;
   bool record_response_headers = false;

@@ -133,6 +133,7 @@ void ServerConnection::LogStream() {
   ctx.request = parser_ ? &parser_->request() : nullptr;
   ctx.response_headers = si.response_headers.get();
   ctx.downstream = this;
+  if (!config_->scheme_to_overwrite.empty()) ctx.scheme = &config_->scheme_to_overwrite;
   uint32_t worker = conn_->dispatcher().worker_index();
   for (const auto& log : config_->access_logs) log->Log(ctx, worker);
 }
@@ -452,6 +453,23 @@ void ServerConnection::SendLocalReply(int status, std::string_view body,
   }
   // A 1xx head is interim: as the answer it would leave the client waiting for another.
   if (status < 200) status = 500;
+  // local_reply_config may change the status, the body and its type, and add headers.
+  std::string rewritten_body, rewritten_type;
+  HeaderMap rewritten_headers;
+  if (config_->local_reply) {
+    rewritten_body.assign(body.data(), body.size());
+    rewritten_type.assign(content_type.data(), content_type.size());
+    if (extra_headers) rewritten_headers = *extra_headers;
+    FormatContext ctx;
+    ctx.request = parser_ ? &parser_->request() : nullptr;
+    ctx.downstream = this;
+    if (!config_->scheme_to_overwrite.empty()) ctx.scheme = &config_->scheme_to_overwrite;
+    config_->local_reply->Rewrite(ctx, info(), &status, &rewritten_body, &rewritten_headers,
+                                  &rewritten_type);
+    body = rewritten_body;
+    content_type = rewritten_type;
+    extra_headers = &rewritten_headers;
+  }
   // 204 and 304 carry no body (a direct_response may configure one anyway).
   if (StatusHasNoBody(status)) body = {};
   bool had_stream = stream_active_;

@@ -414,6 +414,26 @@ bool StringMatch::Matches(std::string_view v) const {
   return false;
 }
 
+bool HeaderMatch::Matches(const RequestHead& req, std::string_view scheme) const {
+  if (name.empty() || (name[0] != ':' && name != "host")) return Matches(req.headers);
+  std::string_view v;
+  if (name == ":method") {
+    v = req.method;
+  } else if (name == ":path") {
+    v = req.path;
+  } else if (name == ":authority" || name == "host") {
+    v = req.host;
+  } else if (name == ":scheme") {
+    v = scheme;
+  } else {
+    HeaderMap none;  // an unknown pseudo-header is absent
+    return Matches(none);
+  }
+  HeaderMap one;
+  one.Add(name, v);
+  return Matches(one);
+}
+
 bool HeaderMatch::Matches(const HeaderMap& headers) const {
   // Several values of one header are matched as one comma-joined value (as Envoy does).
   std::string_view first;
@@ -507,7 +527,7 @@ bool RouteEntry::Matches(const RequestHead& req, std::string_view path,
     if (!ct || !absl::StartsWith(A(*ct), "application/grpc")) return false;
   }
   for (const auto& h : headers) {
-    if (!h.Matches(req.headers)) return false;
+    if (!h.Matches(req)) return false;
   }
   for (const auto& q : query_params) {
     bool matched = false;

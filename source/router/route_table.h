@@ -49,6 +49,9 @@ struct HeaderMatch {
   bool invert = false;
   bool treat_missing_as_empty = false;
   bool Matches(const HeaderMap& headers) const;
+  // With Envoy's pseudo-headers: ":method", ":path", ":authority" (also "host") read the
+  // request line and Host, ":scheme" is `scheme`; other names the headers.
+  bool Matches(const RequestHead& req, std::string_view scheme = "http") const;
 };
 
 // A HeaderMatcher outside a route (access log header filters); errors name `path`.

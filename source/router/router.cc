@@ -55,6 +55,8 @@ class RouterStream final : public StreamHandler, public PoolCallbacks, public Re
     ctx.request = head_;
     ctx.response_headers = response_headers;
     ctx.downstream = &encoder_;
+    const std::string& scheme = router_.config().scheme_to_overwrite;
+    if (!scheme.empty()) ctx.scheme = &scheme;
     return ctx;
   }
   void Cleanup();

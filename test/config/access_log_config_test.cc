@@ -207,6 +207,44 @@ TEST_F(AccessLogConfigTest, RuntimeFilterSamplesItsDefault) {
   EXPECT_FALSE(Http().access_logs[0]->filter->Matches(ctx));
 }
 
+TEST_F(AccessLogConfigTest, LocalReplyConfig) {
+  envoy::extensions::filters::network::http_connection_manager::v3::LocalReplyConfig c;
+  std::vector<std::string> errors;
+  ASSERT_TRUE(LoadYamlIntoMessage(R"(
+mappers:
+- filter: {status_code_filter: {comparison: {op: EQ, value: {default_value: 404, runtime_key: k}}}}
+  status_code: 410
+  body: {inline_string: gone}
+body_format:
+  json_format: {code: "%RESPONSE_CODE%", body: "%LOCAL_REPLY_BODY%"}
+)",
+                                  "t.yaml", &c, &errors))
+      << ::testing::PrintToString(errors);
+  auto reply = BuildLocalReply(c, "local_reply_config", &errors);
+  ASSERT_TRUE(reply) << ::testing::PrintToString(errors);
+  EXPECT_EQ(reply->content_type, "application/json");
+  ASSERT_EQ(reply->mappers.size(), 1u);
+  EXPECT_EQ(reply->mappers[0].status, 410u);
+  EXPECT_EQ(reply->mappers[0].body, "gone");
+
+  c.Clear();
+  ASSERT_TRUE(LoadYamlIntoMessage(R"(
+mappers:
+- status_code: 700
+- filter: {not_health_check_filter: {}}
+  body_format_override: {text_format: "%NOPE%"}
+  headers_to_add: [{header: {key: ":status", value: x}}]
+)",
+                                  "t.yaml", &c, &errors));
+  EXPECT_FALSE(BuildLocalReply(c, "local_reply_config", &errors));
+  EXPECT_THAT(errors, ::testing::ElementsAre(
+                          "local_reply_config.mappers[0].filter: is required",
+                          HasSubstr("local_reply_config.mappers[1].body_format_override."
+                                    "text_format: unknown command operator %NOPE%"),
+                          "local_reply_config.mappers[1].headers_to_add[0].header.key: must name "
+                          "a regular header"));
+}
+
 TEST_F(AccessLogConfigTest, ErrorsNameTheField) {
   EXPECT_THAT(Error(File("              log_format: {text_format: \"%NOPE%\"}\n")),
               HasSubstr("t.yaml: static_resources.listeners[0].filter_chains[0].filters[0]."

@@ -342,14 +342,24 @@ const SpecVhost* RefVirtualHost(const Spec& spec, const std::string& host_in) {
   return any;
 }
 
-bool RefHeaderMatches(const SpecHeader& h, const HeaderMap& headers) {
+bool RefHeaderMatches(const SpecHeader& h, const RequestHead& req) {
   std::string name = Lower(h.name);
   std::string value;
   int count = 0;
-  for (const HeaderMap::Field f : headers) {
-    if (f.name != name) continue;
-    if (count++) value += ',';
-    value += f.value;
+  // Envoy's pseudo-headers come from the request line and Host.
+  if (name == ":method" || name == ":path" || name == ":authority" || name == "host" ||
+      name == ":scheme") {
+    value = name == ":method"   ? req.method
+            : name == ":path"   ? req.path
+            : name == ":scheme" ? std::string("http")
+                                : req.host;
+    count = 1;
+  } else if (name.empty() || name[0] != ':') {
+    for (const HeaderMap::Field f : req.headers) {
+      if (f.name != name) continue;
+      if (count++) value += ',';
+      value += f.value;
+    }
   }
   bool found = count > 0;
   bool result = false;
@@ -408,7 +418,7 @@ bool RefRouteMatches(const SpecRoute& r, const RequestHead& req) {
     }
   }
   for (const auto& h : r.headers) {
-    if (!RefHeaderMatches(h, req.headers)) return false;
+    if (!RefHeaderMatches(h, req)) return false;
   }
   for (const auto& [name, want] : r.query) {
     bool matched = false;

@@ -459,6 +459,27 @@ virtual_hosts: [{name: v, domains: ["*"], request_headers_to_add: [{header: {key
             std::string::npos);
 }
 
+TEST(RouteTableTest, PseudoHeadersMatch) {
+  // Envoy's route matchers see :method, :path and :authority as headers.
+  auto t = Build(R"(
+virtual_hosts:
+- name: v
+  domains: ["*"]
+  routes:
+  - {match: {prefix: "/", headers: [{name: ":method", string_match: {exact: POST}}]}, route: {cluster: posts}}
+  - {match: {prefix: "/", headers: [{name: ":authority", string_match: {suffix: ".internal"}}]}, route: {cluster: internal}}
+  - {match: {prefix: "/", headers: [{name: ":path", string_match: {contains: "debug"}}]}, route: {cluster: debug}}
+  - {match: {prefix: "/"}, route: {cluster: rest}}
+)");
+  ASSERT_TRUE(t);
+  RequestHead post = Req("a.com", "/x");
+  post.method = "POST";
+  EXPECT_EQ(ClusterFor(*t, post), "posts");
+  EXPECT_EQ(ClusterFor(*t, Req("db.internal", "/x")), "internal");
+  EXPECT_EQ(ClusterFor(*t, Req("a.com", "/x?debug=1")), "debug");
+  EXPECT_EQ(ClusterFor(*t, Req("a.com", "/x")), "rest");
+}
+
 TEST(RouteTableTest, BracketedHostsAndPorts) {
   // Envoy's rule for where a port starts in a bracketed host: the last ':' after the last ']'.
   auto t = Build(R"(
