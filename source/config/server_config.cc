@@ -240,11 +240,16 @@ void Builder::BuildCluster(const Cluster& c, const std::string& path, ServerConf
     Error(path, "custom cluster types are not supported");
   }
   bool dns = false;
+  bool logical_dns = false;
   switch (c.type()) {
     case Cluster::STATIC:
       break;
     case Cluster::STRICT_DNS:
       dns = true;
+      break;
+    case Cluster::LOGICAL_DNS:
+      dns = true;
+      logical_dns = true;
       break;
     case Cluster::EDS: {
       info->eds = true;
@@ -260,8 +265,9 @@ void Builder::BuildCluster(const Cluster& c, const std::string& path, ServerConf
       break;
     }
     default:
-      Error(path + ".type", absl::StrCat("cluster type ", Cluster::DiscoveryType_Name(c.type()),
-                                         " is not supported (STATIC, STRICT_DNS and EDS are)"));
+      Error(path + ".type",
+            absl::StrCat("cluster type ", Cluster::DiscoveryType_Name(c.type()),
+                         " is not supported (STATIC, STRICT_DNS, LOGICAL_DNS and EDS are)"));
   }
   switch (c.lb_policy()) {
     case Cluster::ROUND_ROBIN:
@@ -385,6 +391,23 @@ void Builder::BuildCluster(const Cluster& c, const std::string& path, ServerConf
   auto hosts = std::make_shared<HostSet>();
   DnsCluster dns_cluster;
   dns_cluster.cluster = c.name();
+  dns_cluster.logical = logical_dns;
+  switch (c.dns_lookup_family()) {
+    case Cluster::V4_ONLY:
+      dns_cluster.family = DnsCluster::Family::kV4Only;
+      break;
+    case Cluster::V6_ONLY:
+      dns_cluster.family = DnsCluster::Family::kV6Only;
+      break;
+    case Cluster::V4_PREFERRED:
+      dns_cluster.family = DnsCluster::Family::kV4Preferred;
+      break;
+    case Cluster::ALL:
+      dns_cluster.family = DnsCluster::Family::kAll;
+      break;
+    default:
+      break;
+  }
   if (c.has_dns_refresh_rate())
     dns_cluster.refresh_ms = std::max<uint64_t>(1, Ms(c.dns_refresh_rate()));
   const auto& la = c.load_assignment();
@@ -394,7 +417,13 @@ void Builder::BuildCluster(const Cluster& c, const std::string& path, ServerConf
   }
   BuildHosts(la, path + ".load_assignment", dns ? &dns_cluster : nullptr, hosts.get());
   if (dns && dns_cluster.targets.empty()) {
-    Error(path + ".load_assignment", "a STRICT_DNS cluster needs at least one endpoint");
+    Error(path + ".load_assignment", absl::StrCat("a ", logical_dns ? "LOGICAL_DNS" : "STRICT_DNS",
+                                                  " cluster needs at least one endpoint"));
+  }
+  if (logical_dns && dns_cluster.targets.size() > 1) {
+    Error(
+        path + ".load_assignment",
+        "a LOGICAL_DNS cluster takes exactly one endpoint (Envoy's rule: it is one logical host)");
   }
   if (errors_->size() != errors_before) return;
   info->stats_slots = std::max<uint32_t>(1, options_.stats_slots);
@@ -987,12 +1016,29 @@ std::shared_ptr<const HostSet> ResolveDnsCluster(const DnsCluster& dns,
                                                  std::vector<std::string>* errors) {
   auto hosts = std::make_shared<HostSet>();
   for (const auto& t : dns.targets) {
-    auto addrs = ResolveHost(t.hostname, t.port);
-    if (!addrs.ok()) {
-      errors->push_back(std::string(addrs.status().message()));
+    auto resolved = ResolveHost(t.hostname, t.port);
+    if (!resolved.ok()) {
+      errors->push_back(std::string(resolved.status().message()));
       continue;
     }
-    for (const auto& a : *addrs) {
+    using Family = DnsCluster::Family;
+    std::vector<SocketAddress> addrs;
+    for (const auto& a : *resolved) {
+      if (dns.family == Family::kV4Only && a.family() != AF_INET) continue;
+      if (dns.family == Family::kV6Only && a.family() != AF_INET6) continue;
+      addrs.push_back(a);
+    }
+    if (dns.family == Family::kAuto || dns.family == Family::kV4Preferred) {
+      int first = dns.family == Family::kAuto ? AF_INET6 : AF_INET;
+      std::stable_partition(addrs.begin(), addrs.end(),
+                            [first](const SocketAddress& a) { return a.family() == first; });
+    }
+    if (addrs.empty()) {
+      errors->push_back(absl::StrCat("'", t.hostname, "' has no address of the family asked for"));
+      continue;
+    }
+    if (dns.logical) addrs.resize(1);
+    for (const auto& a : addrs) {
       auto h = std::make_shared<Host>();
       h->address = a;
       h->hostname = t.hostname;

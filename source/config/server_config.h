@@ -196,6 +196,11 @@ struct DnsCluster {
   };
   std::string cluster;
   std::vector<Target> targets;
+  // LOGICAL_DNS: one host, the first address of the answer (Envoy's logical host).
+  bool logical = false;
+  // dns_lookup_family: V4_ONLY and V6_ONLY filter; V4_PREFERRED / AUTO order the answer (IPv4 /
+  // IPv6 first); ALL keeps it as it is.
+  enum class Family { kAuto, kV4Only, kV6Only, kV4Preferred, kAll } family = Family::kAuto;
   uint64_t refresh_ms = 5000;
 };
 

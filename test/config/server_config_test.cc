@@ -124,6 +124,14 @@ TEST(ServerConfigTest, AnUnnamedStaticListenerIsNamedAfterItsAddress) {
   EXPECT_EQ(c.listeners[0]->name, "127.0.0.1:8443");
 }
 
+TEST(ServerConfigTest, LogicalDnsTakesOneEndpoint) {
+  std::string one =
+      Replace(kGood, "lb_policy: RANDOM",
+              "lb_policy: RANDOM\n    type: LOGICAL_DNS\n    dns_lookup_family: V4_ONLY");
+  // kGood's cluster has three endpoints: too many for one logical host.
+  EXPECT_THAT(OnlyError(one), HasSubstr("a LOGICAL_DNS cluster takes exactly one endpoint"));
+}
+
 TEST(ServerConfigTest, LayeredRuntime) {
   std::string yaml = std::string(kGood) + R"(
 layered_runtime:
@@ -183,10 +191,10 @@ TEST(ServerConfigTest, UnsupportedClusterTypeAndLbPolicy) {
   ServerConfig c;
   std::vector<std::string> errors;
   std::string yaml =
-      Replace(kGood, "lb_policy: RANDOM", "lb_policy: MAGLEV\n    type: LOGICAL_DNS");
+      Replace(kGood, "lb_policy: RANDOM", "lb_policy: MAGLEV\n    type: ORIGINAL_DST");
   EXPECT_FALSE(Build(yaml, &c, &errors));
   ASSERT_EQ(errors.size(), 2u);
-  EXPECT_THAT(errors[0], HasSubstr("static_resources.clusters[0].type: cluster type LOGICAL_DNS"));
+  EXPECT_THAT(errors[0], HasSubstr("static_resources.clusters[0].type: cluster type ORIGINAL_DST"));
   EXPECT_THAT(errors[1], HasSubstr("static_resources.clusters[0].lb_policy: lb_policy MAGLEV"));
 }
 
