@@ -26,6 +26,8 @@ bool ParseLogLevel(const std::string& name, LogLevel* out) {
   return false;
 }
 
+const char* LogLevelName(LogLevel level) { return kNames[static_cast<int>(level)]; }
+
 void SetLogLevel(LogLevel level) { g_level.store(level, std::memory_order_relaxed); }
 LogLevel GetLogLevel() { return g_level.load(std::memory_order_relaxed); }
 

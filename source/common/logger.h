@@ -12,15 +12,16 @@ enum class LogLevel { kTrace = 0, kDebug, kInfo, kWarn, kError, kCritical, kOff 
 
 // Parses Envoy's level names (trace, debug, info, warning/warn, error, critical, off).
 bool ParseLogLevel(const std::string& name, LogLevel* out);
+const char* LogLevelName(LogLevel level);  // Envoy's name: "info", "warning", ...
 void SetLogLevel(LogLevel level);
 LogLevel GetLogLevel();
 void LogLine(LogLevel level, const std::string& message);
 
-#define RPX_LOG(level, ...)                                      \
-  do {                                                           \
-    if (::rpx::LogLevel::level >= ::rpx::GetLogLevel()) {        \
+#define RPX_LOG(level, ...)                                                 \
+  do {                                                                      \
+    if (::rpx::LogLevel::level >= ::rpx::GetLogLevel()) {                   \
       ::rpx::LogLine(::rpx::LogLevel::level, absl::StrFormat(__VA_ARGS__)); \
-    }                                                            \
+    }                                                                       \
   } while (0)
 
 }  // namespace rpx

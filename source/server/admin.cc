@@ -1,6 +1,10 @@
 #include "source/server/admin.h"
 
+#include <malloc.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -39,7 +43,11 @@ class AdminStream : public StreamHandler {
 
 Admin::Admin(Dispatcher& dispatcher, const ServerConfig& config, uint32_t concurrency,
              std::function<void()> quit)
-    : dispatcher_(dispatcher), config_(config), concurrency_(concurrency), quit_(std::move(quit)) {
+    : dispatcher_(dispatcher),
+      config_(config),
+      concurrency_(concurrency),
+      quit_(std::move(quit)),
+      started_ms_(dispatcher.NowMs()) {
   http_config_ = std::make_shared<HttpConfig>();
   http_config_->stat_prefix = "admin";
   http_config_->stats_slots = 1;
@@ -137,11 +145,46 @@ std::string Admin::Handle(const RequestHead& head, int* status, std::string* con
     return Clusters(head.path.find("format=json") != std::string::npos, content_type);
   if (path == "/server_info") {
     *content_type = "application/json";
+    // Envoy's ServerInfo fields that mean something here (uptime as a proto Duration string).
+    uint64_t uptime_s = (dispatcher_.NowMs() - started_ms_) / 1000;
     return absl::StrCat(
         "{\"version\":\"rpx/0.1\",\"state\":\"",
         draining_ || health_failed_ ? "DRAINING" : (Ready() ? "LIVE" : "INITIALIZING"),
-        "\",\"node\":{\"id\":\"", config_.node_id, "\",\"cluster\":\"", config_.node_cluster,
-        "\"},\"concurrency\":", concurrency_, "}\n");
+        "\",\"hot_restart_version\":\"disabled\",\"node\":{\"id\":", JsonQuote(config_.node_id),
+        ",\"cluster\":", JsonQuote(config_.node_cluster), "},\"uptime_current_epoch\":\"", uptime_s,
+        "s\",\"uptime_all_epochs\":\"", uptime_s,
+        "s\",\"command_line_options\":{\"concurrency\":", concurrency_, ",\"log_level\":\"",
+        LogLevelName(GetLogLevel()), "\"},\"concurrency\":", concurrency_, "}\n");
+  }
+  if (path == "/memory") {
+    *content_type = "application/json";
+    return MemoryJson();
+  }
+  if (path == "/logging") {
+    // GET lists; POST ?level=<name> (or ?rpx=<name>) sets. rpx has one logger, named "rpx".
+    auto query =
+        ParseQuery(head.path.size() > path.size() ? head.path.substr(path.size() + 1) : "");
+    if (!query.empty()) {
+      if (head.method != "POST") {
+        *status = 405;
+        return "use POST to change the level\n";
+      }
+      for (const auto& [k, v] : query) {
+        if (k != "level" && k != "rpx") {
+          *status = 404;
+          return absl::StrCat("unknown logger '", k,
+                              "': rpx has one logger, 'rpx' (or use ?level=<level>)\n");
+        }
+        LogLevel level;
+        if (!ParseLogLevel(v, &level)) {
+          *status = 400;
+          return absl::StrCat("unknown level '", v,
+                              "' (trace, debug, info, warning, error, critical, off)\n");
+        }
+        SetLogLevel(level);
+      }
+    }
+    return absl::StrCat("active loggers:\n  rpx: ", LogLevelName(GetLogLevel()), "\n");
   }
   bool mutating = path == "/quitquitquit" || path == "/drain_listeners" ||
                   path == "/healthcheck/fail" || path == "/healthcheck/ok" ||
@@ -172,7 +215,8 @@ std::string Admin::Handle(const RequestHead& head, int* status, std::string* con
     return "rpx admin\n  /ready\n  /stats\n  /server_info\n  /config_dump\n  /quitquitquit "
            "(POST)\n  /drain_listeners[?graceful] (POST)\n  /healthcheck/fail, /healthcheck/ok "
            "(POST)\n  /reopen_logs (POST)\n  /stats/prometheus\n  /listeners[?format=json]\n"
-           "  /clusters[?format=json]\n  /runtime\n";
+           "  /clusters[?format=json]\n  /runtime\n  /memory\n"
+           "  /logging (GET lists, POST ?level=<level> sets)\n";
   }
   *status = 404;
   return absl::StrCat("unknown admin path: ", path, "\n");
@@ -285,6 +329,23 @@ std::string Admin::RuntimeJson() const {
     absl::StrAppend(&out, i ? "," : "", JsonQuote(r.unused_keys[i]));
   }
   return out + "]}\n";
+}
+
+std::string Admin::MemoryJson() const {
+  // Envoy's Memory message (tcmalloc's fields) filled from glibc's malloc: values as strings,
+  // as the proto JSON of uint64 fields has them.
+  struct mallinfo2 m = mallinfo2();
+  uint64_t rss_pages = 0;
+  if (FILE* f = fopen("/proc/self/statm", "r")) {
+    unsigned long long size = 0, resident = 0;
+    if (fscanf(f, "%llu %llu", &size, &resident) == 2) rss_pages = resident;
+    fclose(f);
+  }
+  uint64_t rss = rss_pages * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  return absl::StrCat("{\"allocated\":\"", m.uordblks + m.hblkhd, "\",\"heap_size\":\"",
+                      m.arena + m.hblkhd, "\",\"pageheap_unmapped\":\"0\",\"pageheap_free\":\"",
+                      m.fordblks, "\",\"total_thread_cache\":\"0\",\"total_physical_bytes\":\"",
+                      rss, "\"}\n");
 }
 
 std::string Admin::StatsText() const { return RenderStatsText(CollectStats(), StatsQuery()); }

@@ -5,6 +5,8 @@
 //   GET /stats/prometheus  the same in the Prometheus text format, with Envoy's tags
 //   GET /listeners, /clusters  Envoy's text formats, or ?format=json
 //   GET /runtime  the layered_runtime keys (Envoy's JSON), and those rpx does not read
+//   GET /memory   Envoy's Memory JSON from malloc's counters and the RSS
+//   GET /logging  the log level; POST /logging?level=debug sets it
 //   GET /server_info  JSON: version, state, node, concurrency
 //   GET /config_dump  JSON: active listeners, routes, clusters, endpoints (version, time applied)
 //                     and the xDS state with the last NACK
@@ -68,11 +70,13 @@ class Admin : public StreamHandlerFactory {
   std::string Listeners(bool json, std::string* content_type) const;
   std::string Clusters(bool json, std::string* content_type) const;
   std::string RuntimeJson() const;
+  std::string MemoryJson() const;
 
   Dispatcher& dispatcher_;
   const ServerConfig& config_;
   uint32_t concurrency_;
   std::function<void()> quit_;
+  uint64_t started_ms_;
   bool ready_ = false;
   bool draining_ = false;
   bool health_failed_ = false;  // POST /healthcheck/fail

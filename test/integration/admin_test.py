@@ -115,6 +115,23 @@ class AdminTest(IntegrationTestCase):
                           for h in web["host_statuses"]], [self.up.port])
         self.assertEqual(len(statuses["idle"]["host_statuses"]), 2)
 
+    def test_logging_memory_and_server_info(self):
+        self.assertEqual(self.get("/logging"), (200, "active loggers:\n  rpx: warning\n"))
+        self.assertEqual(self.get("/logging?level=debug")[0], 405)  # changing it needs POST
+        status, body = self.proxy.admin("POST", "/logging?level=debug")
+        self.assertEqual((status, body), (200, b"active loggers:\n  rpx: debug\n"))
+        self.assertEqual(self.proxy.admin("POST", "/logging?http=debug")[0], 404)
+        self.assertEqual(self.proxy.admin("POST", "/logging?level=loud")[0], 400)
+        info = json.loads(self.get("/server_info")[1])
+        self.assertEqual(info["state"], "LIVE")
+        self.assertEqual(info["command_line_options"]["log_level"], "debug")
+        self.assertRegex(info["uptime_current_epoch"], r"^\d+s$")
+        memory = json.loads(self.get("/memory")[1])
+        for key in ("allocated", "heap_size", "pageheap_free", "total_physical_bytes"):
+            self.assertGreaterEqual(int(memory[key]), 0, key)
+        self.assertGreater(int(memory["allocated"]), 0)
+        self.assertGreater(int(memory["total_physical_bytes"]), int(memory["allocated"]) // 4)
+
 
 if __name__ == "__main__":
     unittest.main()
