@@ -103,10 +103,8 @@ std::string ServerConnection::remote_address() const {
 
 std::string ServerConnection::local_address() const {
   // Asked only by formats that print it; not kept, so an idle connection does not carry it.
-  sockaddr_storage ss;
-  socklen_t len = sizeof(ss);
-  if (::getsockname(conn_->fd(), reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "";
-  return SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&ss), len).ToString();
+  SocketAddress a = SocketAddress::LocalOf(conn_->fd());
+  return a.len ? a.ToString() : "";
 }
 
 std::string ServerConnection::requested_server_name() const {

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <cstring>
 
@@ -28,6 +29,14 @@ absl::StatusOr<SocketAddress> SocketAddress::FromIpPort(const std::string& ip, u
     return a;
   }
   return absl::InvalidArgumentError(absl::StrCat("'", ip, "' is not an IPv4 or IPv6 address"));
+}
+
+SocketAddress SocketAddress::LocalOf(int fd) {
+  SocketAddress a;
+  a.len = sizeof(a.storage);
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&a.storage), &a.len) != 0)
+    return SocketAddress();
+  return a;
 }
 
 SocketAddress SocketAddress::FromSockaddr(const sockaddr* sa, socklen_t len) {

@@ -17,6 +17,8 @@ struct SocketAddress {
   // `ip` must be a numeric IPv4 or IPv6 address.
   static absl::StatusOr<SocketAddress> FromIpPort(const std::string& ip, uint32_t port);
   static SocketAddress FromSockaddr(const sockaddr* sa, socklen_t len);
+  // The local address of socket `fd` (getsockname(2)); empty (len 0) if it has none.
+  static SocketAddress LocalOf(int fd);
   const sockaddr* sa() const { return reinterpret_cast<const sockaddr*>(&storage); }
   int family() const { return storage.ss_family; }
   uint16_t port() const;

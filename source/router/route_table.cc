@@ -416,22 +416,12 @@ bool StringMatch::Matches(std::string_view v) const {
 
 bool HeaderMatch::Matches(const RequestHead& req, std::string_view scheme) const {
   if (name.empty() || (name[0] != ':' && name != "host")) return Matches(req.headers);
-  std::string_view v;
-  if (name == ":method") {
-    v = req.method;
-  } else if (name == ":path") {
-    v = req.path;
-  } else if (name == ":authority" || name == "host") {
-    v = req.host;
-  } else if (name == ":scheme") {
-    v = scheme;
-  } else {
-    HeaderMap none;  // an unknown pseudo-header is absent
-    return Matches(none);
-  }
-  HeaderMap one;
-  one.Add(name, v);
-  return Matches(one);
+  // Pseudo-headers come from the request line and Host, without building a header map.
+  if (name == ":method") return MatchesValue(true, req.method);
+  if (name == ":path") return MatchesValue(true, req.path);
+  if (name == ":authority" || name == "host") return MatchesValue(true, req.host);
+  if (name == ":scheme") return MatchesValue(true, scheme);
+  return MatchesValue(false, {});  // an unknown pseudo-header is absent
 }
 
 bool HeaderMatch::Matches(const HeaderMap& headers) const {
@@ -454,6 +444,10 @@ bool HeaderMatch::Matches(const HeaderMap& headers) const {
   bool found = count > 0;
   if (count == 1) value = first;
   if (count > 1) value = joined;
+  return MatchesValue(found, value);
+}
+
+bool HeaderMatch::MatchesValue(bool found, std::string_view value) const {
   if (!found && treat_missing_as_empty && kind != Kind::kPresent) found = true;
   bool result;
   switch (kind) {

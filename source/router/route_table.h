@@ -52,6 +52,8 @@ struct HeaderMatch {
   // With Envoy's pseudo-headers: ":method", ":path", ":authority" (also "host") read the
   // request line and Host, ":scheme" is `scheme`; other names the headers.
   bool Matches(const RequestHead& req, std::string_view scheme = "http") const;
+  // The rule applied to the header's value (`found`: the header is there).
+  bool MatchesValue(bool found, std::string_view value) const;
 };
 
 // A HeaderMatcher outside a route (access log header filters); errors name `path`.

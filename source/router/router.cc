@@ -333,12 +333,8 @@ void RouterStream::OnPoolReady(UpstreamClient& client) {
   pending_ = nullptr;
   client_ = &client;
   if (router_.config().record_upstream_local_address) {
-    sockaddr_storage ss;
-    socklen_t len = sizeof(ss);
-    if (::getsockname(client.fd(), reinterpret_cast<sockaddr*>(&ss), &len) == 0) {
-      encoder_.stream_info().upstream_local_address =
-          SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&ss), len).ToString();
-    }
+    SocketAddress a = SocketAddress::LocalOf(client.fd());
+    if (a.len) encoder_.stream_info().upstream_local_address = a.ToString();
   }
   client.StartRequest(this, *head_);
   if (!body_.empty() || request_complete_) {

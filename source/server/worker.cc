@@ -149,15 +149,6 @@ void Worker::UpdateRouters(ActiveListener& l) {
   }
 }
 
-namespace {
-SocketAddress LocalAddress(int fd) {
-  sockaddr_storage ss;
-  socklen_t len = sizeof(ss);
-  if (getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return SocketAddress();
-  return SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&ss), len);
-}
-}  // namespace
-
 void Worker::OnAccept(ActiveListener& l, int fd, const SocketAddress& peer) {
   const ListenerConfig& c = *l.config;
   StatsFor(c).downstream_cx_total.Inc();
@@ -174,7 +165,7 @@ void Worker::OnAccept(ActiveListener& l, int fd, const SocketAddress& peer) {
   }
   ConnectionFacts facts;
   facts.peer = peer;
-  if (c.needs_local_address) facts.local = LocalAddress(fd);
+  if (c.needs_local_address) facts.local = SocketAddress::LocalOf(fd);
   Serve(l, fd, peer, c.SelectChain(facts));
 }
 
@@ -290,7 +281,7 @@ void Worker::Inspection::Finish(const ClientHelloInfo* hello) {
   const ListenerConfig& c = *l.config;
   ConnectionFacts facts;
   facts.peer = peer_;
-  if (c.needs_local_address) facts.local = LocalAddress(fd_);
+  if (c.needs_local_address) facts.local = SocketAddress::LocalOf(fd_);
   if (hello) {
     facts.transport_protocol = "tls";
     facts.server_name = hello->server_name;

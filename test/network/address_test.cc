@@ -2,6 +2,8 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <string>
@@ -40,6 +42,25 @@ TEST(AddressTest, IpAndToString) {
   ASSERT_TRUE(v6.ok());
   EXPECT_EQ(v6->Ip(), "::1");
   EXPECT_EQ(v6->ToString(), "[::1]:443");
+}
+
+}  // namespace
+}  // namespace rpx
+
+namespace rpx {
+namespace {
+
+TEST(AddressTest, LocalOfASocket) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  auto any = SocketAddress::FromIpPort("127.0.0.1", 0);
+  ASSERT_TRUE(any.ok());
+  ASSERT_EQ(::bind(fd, any->sa(), any->len), 0);
+  SocketAddress a = SocketAddress::LocalOf(fd);
+  EXPECT_EQ(a.Ip(), "127.0.0.1");
+  EXPECT_NE(a.port(), 0);
+  ::close(fd);
+  EXPECT_EQ(SocketAddress::LocalOf(-1).len, 0u);
 }
 
 }  // namespace
