@@ -49,6 +49,7 @@ void LogFile::Handoff(uint32_t slot) {
     std::lock_guard<std::mutex> lock(mu_);
     if (queued_bytes_ + n > kMaxQueuedBytes) {
       stats_.write_dropped.fetch_add(1, std::memory_order_relaxed);
+      stats_.write_dropped_bytes.fetch_add(n, std::memory_order_relaxed);
       return;
     }
     queued_bytes_ += n;

@@ -61,7 +61,8 @@ class LogFile {
     std::atomic<uint64_t> write_buffered{0};   // buffers handed to the writer
     std::atomic<uint64_t> write_completed{0};  // write(2) calls that wrote a buffer
     std::atomic<uint64_t> write_failed{0};
-    std::atomic<uint64_t> write_dropped{0};  // buffers dropped: the writer was too far behind
+    std::atomic<uint64_t> write_dropped{0};        // buffers dropped: the writer was too far behind
+    std::atomic<uint64_t> write_dropped_bytes{0};  // the bytes in those buffers
     std::atomic<uint64_t> reopen_failed{0};
     std::atomic<uint64_t> write_total_buffered{0};  // bytes waiting for the writer (gauge)
   };

@@ -287,8 +287,11 @@ void Dispatcher::RunTimers() {
   while (Timer* t = NextTimer()) {
     if (t->key_ > now_ms_) break;
     UnqueueTimer(t);
-    if (t->deadline_ > now_ms_) {
-      t->key_ = t->deadline_;  // pushed later while armed (not now + a list's delay: the heap)
+    if (t->deadline_ > t->key_) {
+      // Pushed later while armed: queue it again under its real deadline (the heap: not now + a
+      // list's delay). Even when that deadline has passed too (a late loop), so overdue timers
+      // still fire in deadline order.
+      t->key_ = t->deadline_;
       PushTimer(t);
       continue;
     }

@@ -147,6 +147,7 @@ int RunServer(const ServerOptions& options) {
             (*out)["filesystem.write_completed"] += st.write_completed.load();
             (*out)["filesystem.write_failed"] += st.write_failed.load();
             (*out)["filesystem.write_dropped"] += st.write_dropped.load();
+            (*out)["filesystem.write_dropped_bytes"] += st.write_dropped_bytes.load();
             (*out)["filesystem.reopen_failed"] += st.reopen_failed.load();
             (*out)["filesystem.write_total_buffered"] += st.write_total_buffered.load();
           }

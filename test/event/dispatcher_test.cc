@@ -177,6 +177,23 @@ TEST(DispatcherTest, ManyTimersFireInDeadlineOrder) {
   for (auto& t : timers) EXPECT_FALSE(t->enabled());
 }
 
+// A timer pushed later while armed keeps its early slot until that slot comes. When the loop
+// runs late (every deadline already passed), it must still fire after a timer whose deadline
+// is earlier than its new one.
+TEST(DispatcherTest, OverdueTimersFireInDeadlineOrderAfterAPushBack) {
+  Dispatcher d("t");
+  std::vector<char> fired;
+  auto a = d.CreateTimer([&] { fired.push_back('a'); });
+  auto b = d.CreateTimer([&] { fired.push_back('b'); });
+  d.UpdateTime();
+  a->Enable(10);
+  a->Enable(50);  // later: stays in the 10 ms slot for now
+  b->Enable(30);
+  std::this_thread::sleep_for(std::chrono::milliseconds(80));  // every deadline passes
+  ASSERT_TRUE(d.RunUntil([&] { return fired.size() == 2; }, 5000));
+  EXPECT_EQ(fired, (std::vector<char>{'b', 'a'}));
+}
+
 TEST(DispatcherTest, PostFromAnotherThread) {
   Dispatcher d("t");
   bool ran = false;
