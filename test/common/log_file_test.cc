@@ -90,6 +90,35 @@ TEST_F(LogFileTest, ReopenAfterRenameLosesNoLine) {
   }
 }
 
+// A stalled disk (here: a pipe nobody reads) must not grow memory: past kMaxQueuedBytes whole
+// buffers are dropped and counted, and every byte is either written or counted as dropped.
+TEST_F(LogFileTest, AStalledWriterDropsWholeBuffersAndCountsThem) {
+  int p[2];
+  ASSERT_EQ(pipe(p), 0);
+  LogFile f("pipe", p[1], 1);
+  std::string error;
+  ASSERT_TRUE(f.Start(&error)) << error;
+  std::string line(1023, 'x');
+  line += '\n';
+  const size_t total = 2 * LogFile::kMaxQueuedBytes + (1 << 20);
+  for (size_t sent = 0; sent < total; sent += line.size()) f.Append(0, line);
+  f.FlushWorker(0);
+  EXPECT_GT(f.stats().write_dropped.load(), 0u);
+  EXPECT_EQ(f.stats().write_dropped_bytes.load() % line.size(), 0u) << "a partial line dropped";
+  size_t read_bytes = 0;
+  std::thread reader([&] {
+    char buf[1 << 16];
+    ssize_t n;
+    while ((n = ::read(p[0], buf, sizeof(buf))) > 0) read_bytes += static_cast<size_t>(n);
+  });
+  f.Stop();
+  ::close(p[1]);  // LogFile does not own a descriptor it was given
+  reader.join();
+  ::close(p[0]);
+  EXPECT_EQ(read_bytes + f.stats().write_dropped_bytes.load(), total);
+  EXPECT_EQ(read_bytes % line.size(), 0u);
+}
+
 TEST_F(LogFileTest, AnUnopenablePathIsAnError) {
   LogFile f(dir_ + "/no/such/dir/a.log", -1, 1);
   std::string error;
