@@ -54,6 +54,13 @@ void Usage(FILE* out) {
       "                           and everyone's on SIGTERM/SIGINT (5; 0: stop at once)\n"
       "  --drain-strategy S       on SIGTERM, ask connections to close gradually over the\n"
       "                           drain time (gradual, the default) or all at once (immediate)\n"
+      "  --restart-epoch N        hot restart (on with this flag or --base-id): epoch N > 0\n"
+      "                           takes the listening sockets of the running rpx of epoch\n"
+      "                           N-1 (same --base-id), which then drains and exits\n"
+      "  --base-id N              tells apart rpx instances on one host for hot restart (0)\n"
+      "  --parent-shutdown-time-s N  the longest the parent may drain after a hot restart (900)\n"
+      "  --disable-hot-restart    no hot restart even with --restart-epoch 0 / --base-id\n"
+      "  --hot-restart-version    print the hot restart protocol version and exit\n"
       "  --disable-splice         copy large bodies through userspace instead of splice(2)\n"
       "  --disable-fast-parse     parse every HTTP/1 head with llhttp (no fast path)\n"
       "  --batch-wait-us N        with requests in flight, an idle worker sleeps N us (up to\n"
@@ -95,6 +102,8 @@ int main(int argc, char** argv) {
   mallopt(M_TRIM_THRESHOLD, 256 << 20);
   mallopt(M_MMAP_THRESHOLD, 64 << 20);
   rpx::ServerOptions options;
+  bool hot_restart_asked = false;
+  bool hot_restart_disabled = false;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     std::string value;
@@ -148,6 +157,23 @@ int main(int argc, char** argv) {
         return 1;
       }
       options.drain_gradual = v == "gradual";
+    } else if (arg == "--restart-epoch") {
+      options.restart_epoch =
+          static_cast<uint32_t>(IntFlag("--restart-epoch", next("--restart-epoch"), 0, 1 << 30));
+      hot_restart_asked = true;
+    } else if (arg == "--base-id") {
+      options.base_id = static_cast<uint32_t>(IntFlag("--base-id", next("--base-id"), 0, 1 << 30));
+      hot_restart_asked = true;
+    } else if (arg == "--parent-shutdown-time-s") {
+      options.parent_shutdown_ms =
+          static_cast<uint64_t>(
+              IntFlag("--parent-shutdown-time-s", next("--parent-shutdown-time-s"), 0, 86400)) *
+          1000;
+    } else if (arg == "--disable-hot-restart") {
+      hot_restart_disabled = true;
+    } else if (arg == "--hot-restart-version") {
+      printf("rpx.1\n");
+      return 0;
     } else if (arg == "--batch-wait-us") {
       options.batch_wait_us =
           static_cast<uint32_t>(IntFlag("--batch-wait-us", next("--batch-wait-us"), 0, 1000));
@@ -171,6 +197,14 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
+  if (hot_restart_disabled && options.restart_epoch > 0) {
+    fprintf(stderr,
+            "error: --restart-epoch %u needs hot restart, which --disable-hot-restart "
+            "turns off\n",
+            options.restart_epoch);
+    return 1;
+  }
+  options.hot_restart = hot_restart_asked && !hot_restart_disabled;
   if (options.config_path.empty()) {
     fprintf(stderr, "error: a configuration is required (-c FILE)\n");
     Usage(stderr);

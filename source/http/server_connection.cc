@@ -148,7 +148,7 @@ void ServerConnection::OnTimer() {
     info().Reset();
     info().response_code_details = "request_header_timeout";
     SendLocalReply(408, "request headers timeout\n", nullptr, "text/plain");
-  } else {
+  } else if (!drain_) {
     stats_.downstream_cx_idle_timeout.Inc();
   }
   Close(true);
@@ -639,7 +639,11 @@ void ServerConnection::CloseWhenIdle() {
   if (requests_ == 0 || !conn_->read_buffer().empty()) return;
   char c;
   if (::recv(conn_->fd(), &c, 1, MSG_PEEK | MSG_DONTWAIT) > 0) return;
-  Close(true);
+  // Idle between requests. A client that just read its last response may be sending the next
+  // request right now (a load generator always is); closing at once would fail that request.
+  // It gets a short grace instead: a request that comes is answered with Connection: close, and
+  // a connection still idle at the end is closed (OnTimer).
+  timer_.Enable(kDrainIdleGraceMs);
 }
 
 void ServerConnection::Close(bool flush) {

@@ -28,9 +28,11 @@ class ServerConnection : public ConnectionCallbacks,
                    HttpStats& stats, StreamHandlerFactory& factory, const SocketAddress& peer);
   ~ServerConnection() override;
 
-  // Closes after the stream in flight, or now when idle: a keep-alive connection between
-  // requests with none waiting unread. Used for drain.
+  // Closes after the stream in flight, or when idle: a keep-alive connection between requests
+  // with none waiting unread is closed after kDrainIdleGraceMs unless a request comes (which is
+  // answered with Connection: close). Used for drain.
   void CloseWhenIdle();
+  static constexpr uint64_t kDrainIdleGraceMs = 1000;
   bool draining() const { return drain_; }
 
   // ConnectionCallbacks

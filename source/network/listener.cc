@@ -64,10 +64,67 @@ absl::Status StartListening(int fd, const SocketAddress& addr, int backlog,
   return ApplySocketOptions(fd, options, SocketOption::State::kListening);
 }
 
+std::vector<int> InheritedSockets::Take(const SocketAddress& addr, size_t max) {
+  std::vector<int> out;
+  auto it = fds_.find(addr.ToString());
+  if (it == fds_.end()) return out;
+  while (out.size() < max && !it->second.empty()) {
+    out.push_back(it->second.back());
+    it->second.pop_back();
+  }
+  if (it->second.empty()) fds_.erase(it);
+  return out;
+}
+
+std::vector<int> InheritedSockets::TakeRest() {
+  std::vector<int> out;
+  for (auto& [address, fds] : fds_) out.insert(out.end(), fds.begin(), fds.end());
+  fds_.clear();
+  return out;
+}
+
+size_t InheritedSockets::size() const {
+  size_t n = 0;
+  for (const auto& [address, fds] : fds_) n += fds.size();
+  return n;
+}
+
 absl::StatusOr<std::vector<int>> OpenWorkerSockets(SocketAddress addr, bool reuse_port,
                                                    uint32_t workers, const SocketOptions& options,
-                                                   bool replacing_own) {
+                                                   bool replacing_own,
+                                                   InheritedSockets* inherited) {
   std::vector<int> fds;
+  uint32_t n = reuse_port ? workers : 1;
+  if (inherited && addr.port() != 0 && !replacing_own) {
+    fds = inherited->Take(addr, n);
+    for (int fd : fds) {
+      // The predecessor's options may differ from ours: ours apply from now on.
+      for (auto state : {SocketOption::State::kPrebind, SocketOption::State::kBound,
+                         SocketOption::State::kListening}) {
+        auto applied = ApplySocketOptions(fd, options, state);
+        if (!applied.ok()) {
+          for (int f : fds) close(f);
+          return applied;
+        }
+      }
+    }
+    if (!fds.empty()) {
+      int has_reuse_port = 0;
+      socklen_t len = sizeof(has_reuse_port);
+      getsockopt(fds[0], SOL_SOCKET, SO_REUSEPORT, &has_reuse_port, &len);
+      // Without SO_REUSEPORT on the inherited sockets no other socket can join them: the
+      // workers without one leave the listener to those that have one.
+      while (reuse_port && has_reuse_port && fds.size() < n) {
+        auto fd = OpenListenSocket(addr, true, kListenBacklog, options);
+        if (!fd.ok()) {
+          for (int f : fds) close(f);
+          return fd.status();
+        }
+        fds.push_back(*fd);
+      }
+      return fds;
+    }
+  }
   if (reuse_port && addr.port() != 0 && !replacing_own) {
     // SO_REUSEPORT would let us share a port with a stranger's socket: check it is free first.
     auto probe = OpenListenSocket(addr, false, 1);
@@ -86,7 +143,6 @@ absl::StatusOr<std::vector<int>> OpenWorkerSockets(SocketAddress addr, bool reus
       }
     }
   }
-  uint32_t n = reuse_port ? workers : 1;
   for (uint32_t i = 0; i < n; ++i) {
     auto fd = OpenListenSocket(addr, reuse_port, kListenBacklog, options, !replacing_own);
     if (!fd.ok()) {

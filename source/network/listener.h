@@ -6,7 +6,9 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -28,6 +30,22 @@ absl::StatusOr<int> OpenListenSocket(const SocketAddress& addr, bool reuse_port,
 absl::Status StartListening(int fd, const SocketAddress& addr, int backlog,
                             const SocketOptions& options);
 
+// Listening sockets handed over by the process this one replaces (hot restart), by the address
+// they are bound to. Main thread only. Sockets nobody takes are the caller's to close (TakeRest).
+class InheritedSockets {
+ public:
+  // Takes ownership of `fd`, a listening TCP socket bound to `address` (SocketAddress::ToString).
+  void Add(const std::string& address, int fd) { fds_[address].push_back(fd); }
+  // Up to `max` sockets bound to `addr`; ownership passes to the caller.
+  std::vector<int> Take(const SocketAddress& addr, size_t max);
+  // The ones no listener took.
+  std::vector<int> TakeRest();
+  size_t size() const;
+
+ private:
+  std::map<std::string, std::vector<int>> fds_;
+};
+
 // Opens one socket per worker for `addr` with SO_REUSEPORT (after checking that no other socket
 // holds the port), or a single socket without it. With port 0 the first socket picks the port
 // and the others share it.
@@ -38,10 +56,15 @@ absl::Status StartListening(int fd, const SocketAddress& addr, int backlog,
 // (otherwise the kernel would queue a share of new connections on sockets nobody accepts from
 // yet). Their STATE_LISTENING options are tried on a scratch socket, so that StartListening
 // fails only for reasons the kernel cannot tell in advance.
+//
+// `inherited`: sockets the previous process handed over. Those bound to `addr` are used first
+// (the same sockets, so no connection queued on them is lost); with SO_REUSEPORT, more sockets
+// join their group when there are more workers than inherited sockets.
 absl::StatusOr<std::vector<int>> OpenWorkerSockets(SocketAddress addr, bool reuse_port,
                                                    uint32_t workers,
                                                    const SocketOptions& options = {},
-                                                   bool replacing_own = false);
+                                                   bool replacing_own = false,
+                                                   InheritedSockets* inherited = nullptr);
 
 class Listener {
  public:

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <ctime>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -147,14 +148,22 @@ std::string Admin::Handle(const RequestHead& head, int* status, std::string* con
     *content_type = "application/json";
     // Envoy's ServerInfo fields that mean something here (uptime as a proto Duration string).
     uint64_t uptime_s = (dispatcher_.NowMs() - started_ms_) / 1000;
+    uint64_t uptime_all_s = uptime_s;
+    if (restart_.first_start_unix_ms > 0) {
+      int64_t now = static_cast<int64_t>(time(nullptr)) * 1000;
+      uptime_all_s = std::max<int64_t>(uptime_s, (now - restart_.first_start_unix_ms) / 1000);
+    }
     return absl::StrCat(
         "{\"version\":\"rpx/0.1\",\"state\":\"",
         draining_ || health_failed_ ? "DRAINING" : (Ready() ? "LIVE" : "INITIALIZING"),
-        "\",\"hot_restart_version\":\"disabled\",\"node\":{\"id\":", JsonQuote(config_.node_id),
+        "\",\"hot_restart_version\":\"", restart_.enabled ? "rpx.1" : "disabled",
+        "\",\"node\":{\"id\":", JsonQuote(config_.node_id),
         ",\"cluster\":", JsonQuote(config_.node_cluster), "},\"uptime_current_epoch\":\"", uptime_s,
-        "s\",\"uptime_all_epochs\":\"", uptime_s,
+        "s\",\"uptime_all_epochs\":\"", uptime_all_s,
         "s\",\"command_line_options\":{\"concurrency\":", concurrency_, ",\"log_level\":\"",
-        LogLevelName(GetLogLevel()), "\"},\"concurrency\":", concurrency_, "}\n");
+        LogLevelName(GetLogLevel()), "\",\"restart_epoch\":", restart_.epoch, ",\"base_id\":\"",
+        restart_.base_id, "\",\"disable_hot_restart\":", restart_.enabled ? "false" : "true",
+        "},\"concurrency\":", concurrency_, "}\n");
   }
   if (path == "/memory") {
     *content_type = "application/json";
@@ -494,6 +503,7 @@ std::vector<StatEntry> Admin::CollectStats() const {
   out["runtime.num_keys"] = config_.runtime.values.size();
   out["runtime.unused_keys"] = config_.runtime.unused_keys.size();  // rpx: keys it does not read
   out["server.concurrency"] = concurrency_;
+  out["server.hot_restart_epoch"] = restart_.epoch;
   out["server.live"] = Ready() ? 1 : 0;
   if (extra_stats_) extra_stats_(&out);
   // Longest scope names first: a cluster "a.b" owns "cluster.a.b.x", not a cluster "a".

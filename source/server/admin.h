@@ -41,6 +41,15 @@ class Admin : public StreamHandlerFactory {
   ~Admin() override;
   // Takes ownership of the listening socket.
   void Start(int fd);
+  struct RestartInfo {
+    bool enabled = false;
+    uint32_t epoch = 0;
+    uint32_t base_id = 0;
+    int64_t first_start_unix_ms = 0;  // epoch 0's start: uptime_all_epochs
+  };
+  void set_restart_info(const RestartInfo& info) { restart_ = info; }
+  // Stops accepting admin connections (hot restart: the successor serves the admin socket).
+  void StopListening() { listener_.reset(); }
   void set_ready(bool ready) { ready_ = ready; }
   // Draining (SIGTERM): /ready answers 503 DRAINING from now on.
   void set_draining(bool draining) { draining_ = draining; }
@@ -77,6 +86,7 @@ class Admin : public StreamHandlerFactory {
   uint32_t concurrency_;
   std::function<void()> quit_;
   uint64_t started_ms_;
+  RestartInfo restart_;
   bool ready_ = false;
   bool draining_ = false;
   bool health_failed_ = false;  // POST /healthcheck/fail

@@ -111,7 +111,8 @@ BuildOptions ConfigManager::Options(const std::string& source) const {
 
 bool ConfigManager::OpenSockets(const ListenerConfig& l, std::vector<int>* fds, std::string* error,
                                 bool replacing) {
-  auto r = OpenWorkerSockets(l.address, l.reuse_port, concurrency_, l.socket_options, replacing);
+  auto r = OpenWorkerSockets(l.address, l.reuse_port, concurrency_, l.socket_options, replacing,
+                             inherited_);
   if (!r.ok()) {
     *error = std::string(r.status().message());
     return false;

@@ -24,6 +24,7 @@
 #include "source/config/server_config.h"
 #include "source/config/xds_client.h"
 #include "source/event/dispatcher.h"
+#include "source/network/listener.h"
 #include "source/server/worker.h"
 
 namespace rpx {
@@ -41,6 +42,9 @@ class ConfigManager : public XdsApplier {
   // route and endpoint names the static listeners and clusters already reference (so its first
   // requests ask for them).
   void AttachXds(XdsClient* xds);
+  // Sockets handed over by the process this one replaces (hot restart): listeners bound to their
+  // addresses use them instead of opening new ones.
+  void set_inherited(InheritedSockets* inherited) { inherited_ = inherited; }
   // Where listeners that arrive over LDS open their access logs (the bootstrap's files).
   void set_log_files(LogFileManager* files) { log_files_ = files; }
   // A static STRICT_DNS cluster was re-resolved.
@@ -156,6 +160,7 @@ class ConfigManager : public XdsApplier {
   ServerConfig& config_;  // config_.listeners / clusters: what is active now
   uint32_t concurrency_;
   LogFileManager* log_files_ = nullptr;
+  InheritedSockets* inherited_ = nullptr;
   uint64_t drain_ms_;
   XdsClient* xds_ = nullptr;
   bool connected_ = false;

@@ -20,6 +20,7 @@
 #include "source/network/listener.h"
 #include "source/server/admin.h"
 #include "source/server/config_manager.h"
+#include "source/server/hot_restart.h"
 #include "source/server/worker.h"
 
 namespace rpx {
@@ -82,14 +83,32 @@ int RunServer(const ServerOptions& options) {
   signal(SIGPIPE, SIG_IGN);
 
   Dispatcher main_dispatcher("main");
+  int exit_code = 0;
   bool stopping = false;
   auto quit = [&] {
     if (stopping) return;
     stopping = true;
     main_dispatcher.Exit();
   };
+  // Hot restart: take the running epoch's sockets before opening any, so that ours are the same
+  // sockets (nothing queued on them is lost) and no bind fails for an address the parent holds.
+  std::unique_ptr<HotRestart> hot_restart;
+  if (options.hot_restart) {
+    hot_restart = std::make_unique<HotRestart>(options.base_id, options.restart_epoch);
+    std::string error;
+    if (!hot_restart->TakeParentSockets(&error)) {
+      fprintf(stderr, "error: %s\n", error.c_str());
+      return 1;
+    }
+  }
   int admin_fd = -1;
-  if (config.admin_address) {
+  std::vector<int> inherited_admin;
+  if (hot_restart && config.admin_address) {
+    inherited_admin = hot_restart->inherited().Take(*config.admin_address, 1);
+  }
+  if (!inherited_admin.empty()) {
+    admin_fd = inherited_admin[0];
+  } else if (config.admin_address) {
     auto fd = OpenListenSocket(*config.admin_address, false, 128);
     if (!fd.ok()) {
       fprintf(stderr, "error: admin: %s\n", std::string(fd.status().message()).c_str());
@@ -119,6 +138,7 @@ int RunServer(const ServerOptions& options) {
   auto manager = std::make_unique<ConfigManager>(main_dispatcher, worker_list, bootstrap, config,
                                                  workers, options.drain_time_ms);
   manager->set_log_files(&log_files);
+  if (hot_restart) manager->set_inherited(&hot_restart->inherited());
   std::string error;
   // Sockets first: a bind failure is a startup error.
   if (!manager->StartStatic(&error)) {
@@ -167,6 +187,12 @@ int RunServer(const ServerOptions& options) {
       for (auto& w : worker_list) w->Drain(options.drain_time_ms, gradual);
     });
     admin->set_reopen_logs([&log_files] { log_files.ReopenAll(); });
+    Admin::RestartInfo ri;
+    ri.enabled = hot_restart != nullptr;
+    ri.epoch = options.restart_epoch;
+    ri.base_id = options.base_id;
+    if (hot_restart) ri.first_start_unix_ms = hot_restart->first_start_unix_ms();
+    admin->set_restart_info(ri);
     admin->Start(admin_fd);
   }
 
@@ -205,16 +231,17 @@ int RunServer(const ServerOptions& options) {
   bool draining = false;
   std::unique_ptr<Timer> drain_timer;
   auto drain_deadline = std::chrono::steady_clock::now();
-  auto drain = [&] {
+  auto drain = [&](uint64_t max_ms) {
     if (draining) return;
     draining = true;
+    if (hot_restart) hot_restart->StopListening();  // no handover while draining
     if (admin) admin->set_draining(true);
+    uint64_t drain_ms = std::min(options.drain_time_ms, max_ms);
     RPX_LOG(kInfo, "draining: %s up to %llu ms for open connections to finish",
             options.drain_gradual ? "gradually," : "at once,",
-            static_cast<unsigned long long>(options.drain_time_ms));
-    for (auto& w : worker_list) w->Drain(options.drain_time_ms, options.drain_gradual);
-    drain_deadline =
-        std::chrono::steady_clock::now() + std::chrono::milliseconds(options.drain_time_ms);
+            static_cast<unsigned long long>(drain_ms));
+    for (auto& w : worker_list) w->Drain(drain_ms, options.drain_gradual);
+    drain_deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(drain_ms);
     drain_timer = main_dispatcher.CreateTimer([&] {
       uint64_t open = 0;
       for (auto& w : worker_list) open += w->open_connections();
@@ -243,11 +270,51 @@ int RunServer(const ServerOptions& options) {
             quit();
           } else {
             RPX_LOG(kInfo, "caught signal %u, draining (a second one stops at once)", si.ssi_signo);
-            drain();
+            drain(options.drain_time_ms);
           }
         }
       },
       FileEvent::kRead);
+
+  // Hot restart: the parent drains once this process serves (its listeners warm, /ready true);
+  // then this process waits for its own successor.
+  std::unique_ptr<Timer> takeover_timer;
+  auto listen_for_successor = [&]() -> std::string {
+    std::string error;
+    bool ok = hot_restart->Listen(
+        main_dispatcher,
+        [&](uint64_t max_ms) {
+          if (admin) admin->StopListening();  // the successor serves the admin socket now
+          if (options.drain_time_ms == 0 || max_ms == 0) {
+            quit();
+          } else {
+            drain(max_ms);
+          }
+        },
+        &error);
+    return ok ? std::string() : error;
+  };
+  if (hot_restart && options.restart_epoch > 0) {
+    takeover_timer = main_dispatcher.CreateTimer([&] {
+      if (!manager->initialized()) {
+        takeover_timer->Enable(20);
+        return;
+      }
+      hot_restart->ReleaseParent(options.parent_shutdown_ms);
+      std::string error = listen_for_successor();
+      if (!error.empty()) RPX_LOG(kError, "%s: a later epoch cannot take over", error);
+    });
+    takeover_timer->Enable(0);
+  } else if (hot_restart) {
+    // Epoch 0: another rpx with this base id would answer our successor instead; refuse to start,
+    // as Envoy does.
+    std::string error = listen_for_successor();
+    if (!error.empty()) {
+      fprintf(stderr, "error: %s\n", error.c_str());
+      exit_code = 1;
+      quit();
+    }
+  }
 
   if (admin) admin->set_ready(true);
   for (const auto& l : config.listeners) {
@@ -256,6 +323,7 @@ int RunServer(const ServerOptions& options) {
   RPX_LOG(kInfo, "rpx started with %u worker%s", workers, workers == 1 ? "" : "s");
   main_dispatcher.Run();
 
+  takeover_timer.reset();
   if (xds) xds->Stop();
   stop_workers();
   log_files.Stop();  // what the workers buffered last
@@ -264,9 +332,10 @@ int RunServer(const ServerOptions& options) {
   close(sfd);
   admin.reset();
   manager.reset();
+  hot_restart.reset();
   xds.reset();
   RPX_LOG(kInfo, "rpx stopped");
-  return 0;
+  return exit_code;
 }
 
 }  // namespace rpx

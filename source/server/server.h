@@ -21,6 +21,15 @@ struct ServerOptions {
   // On SIGTERM: ask connections to close spread over the drain time (Envoy's default), or all
   // at once.
   bool drain_gradual = true;
+  // Hot restart (see hot_restart.h), on when --restart-epoch or --base-id is given: this
+  // process's epoch; with N > 0 it takes the sockets of the running epoch N-1 and makes it drain
+  // once this one serves. Off by default, so that rpx instances started without these flags
+  // never take each other's sockets.
+  bool hot_restart = false;
+  uint32_t restart_epoch = 0;
+  uint32_t base_id = 0;  // tells apart rpx instances on one host
+  // The longest the parent may keep draining after the handover.
+  uint64_t parent_shutdown_ms = 900 * 1000;
   uint32_t batch_wait_us = 20;  // workers' batching sleep (Dispatcher::SetBatchWait); 0: off
   bool read_batching = true;    // workers read each epoll batch in one io_uring_enter
   bool write_batching = true;   // and send each flush's writes in one io_uring_enter

@@ -563,7 +563,8 @@ class Rpx(object):
             proxy.stats()["cluster.x.upstream_cx_total"]
     """
 
-    def __init__(self, config, admin_port=None, concurrency=2, log_level="warn", extra_args=()):
+    def __init__(self, config, admin_port=None, concurrency=2, log_level="warn", extra_args=(),
+                 wait_ready=True):
         if isinstance(config, dict):
             self.yaml = to_yaml(config)
             if admin_port is None:
@@ -576,6 +577,9 @@ class Rpx(object):
         self.concurrency = concurrency
         self.log_level = log_level
         self.extra_args = list(extra_args)
+        # False: start() returns once the process runs (a hot-restart successor shares the admin
+        # port with its parent, so /ready cannot tell which one answered).
+        self.wait_ready = wait_ready
         self.dir = None
         self.proc = None
         self.returncode = None
@@ -606,7 +610,7 @@ class Rpx(object):
         self.proc = subprocess.Popen(cmd, stdout=self._stdout, stderr=self._stderr,
                                      stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + READY_TIMEOUT
-        while True:
+        while self.wait_ready:
             if self.proc.poll() is not None:
                 rc = self.proc.returncode
                 self._close_logs()
@@ -623,6 +627,7 @@ class Rpx(object):
                 raise RpxError("rpx was not ready within %.0fs; stderr:\n%s" %
                                (READY_TIMEOUT, self.stderr_text()))
             time.sleep(0.02)
+        return self
 
     def alive(self):
         return self.proc is not None and self.proc.poll() is None

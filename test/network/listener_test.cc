@@ -207,5 +207,40 @@ TEST(ListenerTest, ReplacingOwnSocketsOnTheSamePort) {
   for (int fd : *replacement) close(fd);
 }
 
+// Hot restart: sockets handed over by the previous process are used first (the same sockets,
+// with their queues); with more workers than inherited sockets the rest join the SO_REUSEPORT
+// group; sockets for other addresses stay for TakeRest.
+TEST(ListenerTest, InheritedSocketsAreUsedFirst) {
+  auto parent = OpenWorkerSockets(Loopback(0), true, 2);
+  ASSERT_TRUE(parent.ok()) << parent.status();
+  uint16_t port = PortOf((*parent)[0]);
+  auto other = OpenWorkerSockets(Loopback(0), false, 1);
+  ASSERT_TRUE(other.ok()) << other.status();
+  InheritedSockets inherited;
+  for (int fd : *parent) inherited.Add(Loopback(port).ToString(), fd);
+  inherited.Add(Loopback(PortOf((*other)[0])).ToString(), (*other)[0]);
+  EXPECT_EQ(inherited.size(), 3u);
+
+  // Without `inherited` the port is taken (the probe refuses it).
+  EXPECT_FALSE(OpenWorkerSockets(Loopback(port), true, 3).ok());
+  auto child = OpenWorkerSockets(Loopback(port), true, 3, {}, false, &inherited);
+  ASSERT_TRUE(child.ok()) << child.status();
+  ASSERT_EQ(child->size(), 3u);
+  int reused = 0;
+  for (int fd : *child) {
+    EXPECT_EQ(PortOf(fd), port);
+    EXPECT_TRUE(Listening(fd));
+    for (int p : *parent) reused += fd == p;
+  }
+  EXPECT_EQ(reused, 2);
+  EXPECT_EQ(inherited.size(), 1u);
+  std::vector<int> rest = inherited.TakeRest();
+  ASSERT_EQ(rest.size(), 1u);
+  EXPECT_EQ(rest[0], (*other)[0]);
+  EXPECT_EQ(inherited.size(), 0u);
+  for (int fd : *child) close(fd);
+  close(rest[0]);
+}
+
 }  // namespace
 }  // namespace rpx
