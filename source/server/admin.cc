@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "source/common/logger.h"
 #include "source/server/admin_stats.h"
+#include "source/server/config_dump.h"
 
 namespace rpx {
 namespace {
@@ -104,7 +105,21 @@ std::string Admin::Handle(const RequestHead& head, int* status, std::string* con
   }
   if (path == "/config_dump") {
     *content_type = "application/json";
-    return config_dump_ ? config_dump_() : "{}\n";
+    auto query =
+        ParseQuery(head.path.size() > path.size() ? head.path.substr(path.size() + 1) : "");
+    ConfigDumpQuery q;
+    q.resource = query.count("resource") ? query["resource"] : "";
+    q.mask = query.count("mask") ? query["mask"] : "";
+    std::string body;
+    *status =
+        RenderConfigDump(config_dumps_ ? config_dumps_(query.count("include_eds") > 0)
+                                       : std::vector<std::unique_ptr<google::protobuf::Message>>{},
+                         q, &body);
+    return body;
+  }
+  if (path == "/config_summary") {
+    *content_type = "application/json";
+    return config_summary_ ? config_summary_() : "{}\n";
   }
   if (path == "/stats" || path == "/stats/prometheus") {
     auto query =
@@ -221,7 +236,8 @@ std::string Admin::Handle(const RequestHead& head, int* status, std::string* con
     return "OK\n";
   }
   if (path == "/") {
-    return "rpx admin\n  /ready\n  /stats\n  /server_info\n  /config_dump\n  /quitquitquit "
+    return "rpx admin\n  /ready\n  /stats\n  /server_info\n  /config_dump\n  /config_summary\n  "
+           "/quitquitquit "
            "(POST)\n  /drain_listeners[?graceful] (POST)\n  /healthcheck/fail, /healthcheck/ok "
            "(POST)\n  /reopen_logs (POST)\n  /stats/prometheus\n  /listeners[?format=json]\n"
            "  /clusters[?format=json]\n  /runtime\n  /memory\n"

@@ -25,6 +25,7 @@
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
+#include "google/protobuf/message.h"
 #include "source/config/server_config.h"
 #include "source/event/dispatcher.h"
 #include "source/http/server_connection.h"
@@ -60,10 +61,14 @@ class Admin : public StreamHandlerFactory {
   // What POST /reopen_logs does.
   void set_reopen_logs(std::function<void()> fn) { reopen_logs_ = std::move(fn); }
   // Readiness beyond "started" (xDS initialization), and the /config_dump body.
-  void set_hooks(std::function<bool()> initialized, std::function<std::string()> config_dump,
+  using ConfigDumps =
+      std::function<std::vector<std::unique_ptr<google::protobuf::Message>>(bool include_eds)>;
+  void set_hooks(std::function<bool()> initialized, ConfigDumps config_dumps,
+                 std::function<std::string()> config_summary,
                  std::function<void(std::map<std::string, int64_t>*)> extra_stats) {
     initialized_ = std::move(initialized);
-    config_dump_ = std::move(config_dump);
+    config_dumps_ = std::move(config_dumps);
+    config_summary_ = std::move(config_summary);
     extra_stats_ = std::move(extra_stats);
   }
 
@@ -96,7 +101,8 @@ class Admin : public StreamHandlerFactory {
   std::function<void(bool)> drain_listeners_;
   std::function<void()> reopen_logs_;
   std::function<bool()> initialized_;
-  std::function<std::string()> config_dump_;
+  ConfigDumps config_dumps_;
+  std::function<std::string()> config_summary_;
   std::function<void(std::map<std::string, int64_t>*)> extra_stats_;
   std::shared_ptr<HttpConfig> http_config_;
   std::unique_ptr<Listener> listener_;

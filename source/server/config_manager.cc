@@ -10,7 +10,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "envoy/admin/v3/config_dump.pb.h"
+#include "envoy/extensions/filters/network/http_connection_manager/v3/http_connection_manager.pb.h"
 #include "google/protobuf/util/json_util.h"
+#include "google/protobuf/util/time_util.h"
 #include "source/common/json.h"
 #include "source/common/logger.h"
 #include "source/config/supported_fields.h"
@@ -77,6 +80,7 @@ ConfigManager::ConfigManager(Dispatcher& main, std::vector<std::unique_ptr<Worke
       config_(config),
       concurrency_(concurrency),
       drain_ms_(drain_ms) {
+  start_unix_ms_ = WallMs();
   static_clusters_ = config_.clusters;
   for (const auto& secret : bootstrap_.static_resources().secrets()) {
     static_secrets_[secret.name()] = secret;
@@ -236,6 +240,7 @@ std::string ConfigManager::ApplyClusters(const XdsResourceMap& resources,
       // Until the new form is warm, the old one keeps serving.
       d.serving = old->second.serving;
       d.has_serving = true;
+      d.active_form = old->second.active_form;
     }
     if (d.entry.info->eds) {
       auto ep = endpoints_.find(d.entry.info->eds_service_name);
@@ -255,6 +260,8 @@ std::string ConfigManager::ApplyClusters(const XdsResourceMap& resources,
         it->second.warm = true;
         it->second.serving = it->second.entry;
         it->second.has_serving = true;
+        it->second.active_form =
+            ActiveForm{it->second.bytes, it->second.version, it->second.updated_ms};
         PublishClusters();
       });
       d.warm_timer->Enable(config_.xds.initial_fetch_timeout_ms);
@@ -340,6 +347,7 @@ void ConfigManager::UpdateWarmth(DynCluster& d) {
   }
   d.serving = d.entry;
   d.has_serving = true;
+  d.active_form = ActiveForm{d.bytes, d.version, d.updated_ms};
 }
 
 std::string ConfigManager::ApplySecrets(const XdsResourceMap& resources,
@@ -661,6 +669,7 @@ std::string ConfigManager::ApplyListeners(const XdsResourceMap& resources,
     d.updated_ms = WallMs();
     if (old != listeners_.end()) {
       d.active = old->second.active;  // keeps serving until the new form is ready
+      d.active_form = old->second.active_form;
       if (b->second.reuse_pending_fds) {
         d.pending_fds = std::move(old->second.pending_fds);
       } else {
@@ -744,6 +753,7 @@ void ConfigManager::ActivateListener(DynListener& d, std::shared_ptr<const Liste
       RPX_LOG(kInfo, "listener '%s' on %s", config->name, config->address.ToString());
   }
   d.active = config;
+  d.active_form = ActiveForm{d.bytes, d.version, d.updated_ms};
   d.pending = nullptr;
   d.pending_fds.clear();
   if (d.warm_timer) d.warm_timer->Disable();
@@ -940,7 +950,7 @@ bool ConfigManager::initialized() const {
   return true;
 }
 
-std::string ConfigManager::ConfigDumpJson() const {
+std::string ConfigManager::ConfigSummaryJson() const {
   std::string out = "{\n";
   auto item = [](const std::string& name, const std::string& version, int64_t updated,
                  const std::string& state, const std::string& config) {
@@ -1007,6 +1017,133 @@ std::string ConfigManager::ConfigDumpJson() const {
     absl::StrAppend(&out, "  \"xds\": null\n");
   }
   out += "}\n";
+  return out;
+}
+
+std::vector<std::unique_ptr<google::protobuf::Message>> ConfigManager::ConfigDumps(
+    bool include_eds) const {
+  namespace admin = envoy::admin::v3;
+  using google::protobuf::util::TimeUtil;
+  auto ts = [](int64_t ms) { return TimeUtil::MillisecondsToTimestamp(ms); };
+  auto packed = [](const char* type_url, const std::string& bytes) {
+    google::protobuf::Any any;
+    any.set_type_url(type_url);
+    any.set_value(bytes);
+    return any;
+  };
+  auto type_version = [this](const char* type) -> std::string {
+    if (!xds_) return "";
+    auto it = xds_->status().find(type);
+    return it == xds_->status().end() ? "" : it->second.version;
+  };
+  std::vector<std::unique_ptr<google::protobuf::Message>> out;
+
+  auto boot = std::make_unique<admin::BootstrapConfigDump>();
+  *boot->mutable_bootstrap() = bootstrap_;
+  *boot->mutable_last_updated() = ts(start_unix_ms_);
+  out.push_back(std::move(boot));
+
+  auto clusters = std::make_unique<admin::ClustersConfigDump>();
+  clusters->set_version_info(type_version(kClusterType));
+  for (const auto& c : bootstrap_.static_resources().clusters()) {
+    auto* s = clusters->add_static_clusters();
+    s->mutable_cluster()->PackFrom(c);
+    *s->mutable_last_updated() = ts(start_unix_ms_);
+  }
+  for (const auto& [name, d] : clusters_) {
+    auto add = [&](admin::ClustersConfigDump::DynamicCluster* c, const ActiveForm& f) {
+      c->set_version_info(f.version);
+      *c->mutable_cluster() = packed(kClusterType, f.bytes);
+      *c->mutable_last_updated() = ts(f.updated_ms);
+    };
+    if (!d.active_form.bytes.empty()) add(clusters->add_dynamic_active_clusters(), d.active_form);
+    if (!d.warm) {
+      add(clusters->add_dynamic_warming_clusters(), ActiveForm{d.bytes, d.version, d.updated_ms});
+    }
+  }
+  out.push_back(std::move(clusters));
+
+  auto listeners = std::make_unique<admin::ListenersConfigDump>();
+  listeners->set_version_info(type_version(kListenerType));
+  for (const auto& l : bootstrap_.static_resources().listeners()) {
+    auto* s = listeners->add_static_listeners();
+    s->mutable_listener()->PackFrom(l);
+    *s->mutable_last_updated() = ts(start_unix_ms_);
+  }
+  for (const auto& [name, d] : listeners_) {
+    if (d.is_static) continue;
+    auto* l = listeners->add_dynamic_listeners();
+    l->set_name(name);
+    auto fill = [&](admin::ListenersConfigDump::DynamicListenerState* st, const ActiveForm& f) {
+      st->set_version_info(f.version);
+      *st->mutable_listener() = packed(kListenerType, f.bytes);
+      *st->mutable_last_updated() = ts(f.updated_ms);
+    };
+    if (d.active && !d.active_form.bytes.empty()) fill(l->mutable_active_state(), d.active_form);
+    if (d.pending) fill(l->mutable_warming_state(), ActiveForm{d.bytes, d.version, d.updated_ms});
+  }
+  out.push_back(std::move(listeners));
+
+  auto routes = std::make_unique<admin::RoutesConfigDump>();
+  // Static: the route_config written inline in the static listeners' connection managers.
+  for (const auto& l : bootstrap_.static_resources().listeners()) {
+    std::vector<const envoy::config::listener::v3::FilterChain*> chains;
+    for (const auto& c : l.filter_chains()) chains.push_back(&c);
+    if (l.has_default_filter_chain()) chains.push_back(&l.default_filter_chain());
+    for (const auto* chain : chains) {
+      for (const auto& f : chain->filters()) {
+        envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager hcm;
+        if (!f.has_typed_config() || !f.typed_config().UnpackTo(&hcm) || !hcm.has_route_config()) {
+          continue;
+        }
+        auto* s = routes->add_static_route_configs();
+        s->mutable_route_config()->PackFrom(hcm.route_config());
+        *s->mutable_last_updated() = ts(start_unix_ms_);
+      }
+    }
+  }
+  for (const auto& [name, r] : routes_) {
+    auto* d = routes->add_dynamic_route_configs();
+    d->set_version_info(r.version);
+    *d->mutable_route_config() = packed(kRouteType, r.bytes);
+    *d->mutable_last_updated() = ts(r.updated_ms);
+  }
+  out.push_back(std::move(routes));
+
+  auto secrets = std::make_unique<admin::SecretsConfigDump>();
+  for (const auto& secret : bootstrap_.static_resources().secrets()) {
+    auto* s = secrets->add_static_secrets();
+    s->set_name(secret.name());
+    s->mutable_secret()->PackFrom(secret);  // redacted by RenderConfigDump
+    *s->mutable_last_updated() = ts(start_unix_ms_);
+  }
+  for (const auto& [name, sec] : secrets_) {
+    auto* d = secrets->add_dynamic_active_secrets();
+    d->set_name(name);
+    d->set_version_info(sec.version);
+    d->mutable_secret()->PackFrom(sec.proto);
+    *d->mutable_last_updated() = ts(sec.updated_ms);
+  }
+  out.push_back(std::move(secrets));
+
+  if (include_eds) {
+    auto endpoints = std::make_unique<admin::EndpointsConfigDump>();
+    for (const auto& c : bootstrap_.static_resources().clusters()) {
+      if (!c.has_load_assignment()) continue;
+      auto* s = endpoints->add_static_endpoint_configs();
+      envoy::config::endpoint::v3::ClusterLoadAssignment la = c.load_assignment();
+      if (la.cluster_name().empty()) la.set_cluster_name(c.name());
+      s->mutable_endpoint_config()->PackFrom(la);
+      *s->mutable_last_updated() = ts(start_unix_ms_);
+    }
+    for (const auto& [name, e] : endpoints_) {
+      auto* d = endpoints->add_dynamic_endpoint_configs();
+      d->set_version_info(e.version);
+      d->mutable_endpoint_config()->PackFrom(e.proto);
+      *d->mutable_last_updated() = ts(e.updated_ms);
+    }
+    out.push_back(std::move(endpoints));
+  }
   return out;
 }
 

@@ -58,7 +58,12 @@ class ConfigManager : public XdsApplier {
   // True once the first CDS and LDS answers were applied, every static EDS cluster has its first
   // endpoints, and nothing is warming (or the initial fetch timeout passed): what /ready reports.
   bool initialized() const;
-  std::string ConfigDumpJson() const;
+  // rpx's compact view (GET /config_summary): each resource's name, version, state and config,
+  // and the xDS stream's state per type with the last NACK.
+  std::string ConfigSummaryJson() const;
+  // Envoy's typed dumps for /config_dump (see config_dump.h): bootstrap, clusters, listeners,
+  // routes, secrets and, with `include_eds`, endpoints.
+  std::vector<std::unique_ptr<google::protobuf::Message>> ConfigDumps(bool include_eds) const;
   uint64_t ignored_fields() const { return ignored_fields_; }
   // From an RDS response arriving to the new routes being in effect on every worker, for the
   // last route update (microseconds), and how many updates were measured.
@@ -68,8 +73,15 @@ class ConfigManager : public XdsApplier {
   const ServerConfig& current() const { return config_; }
 
  private:
+  // The form serving while a newer one warms, for /config_dump's active and warming states.
+  struct ActiveForm {
+    std::string bytes;
+    std::string version;
+    int64_t updated_ms = 0;
+  };
   struct DynCluster {
     std::string bytes;  // serialized Cluster, to recognise unchanged resources
+    ActiveForm active_form;
     envoy::config::cluster::v3::Cluster proto;
     ClusterEntry entry;    // the latest accepted form
     ClusterEntry serving;  // what workers use (the previous form while the latest warms)
@@ -95,6 +107,7 @@ class ConfigManager : public XdsApplier {
   };
   struct DynListener {
     std::string bytes;
+    ActiveForm active_form;
     envoy::config::listener::v3::Listener proto;
     std::shared_ptr<const ListenerConfig> active;   // serving now (nullptr: not yet)
     std::shared_ptr<const ListenerConfig> pending;  // waiting for its routes
@@ -161,6 +174,7 @@ class ConfigManager : public XdsApplier {
   uint32_t concurrency_;
   LogFileManager* log_files_ = nullptr;
   InheritedSockets* inherited_ = nullptr;
+  int64_t start_unix_ms_ = 0;  // static resources' last_updated
   uint64_t drain_ms_;
   XdsClient* xds_ = nullptr;
   bool connected_ = false;

@@ -158,7 +158,9 @@ int RunServer(const ServerOptions& options) {
     ConfigManager* m = manager.get();
     XdsClient** xds_ref = &xds_client_ptr;
     admin->set_hooks(
-        [m] { return m->initialized(); }, [m] { return m->ConfigDumpJson(); },
+        [m] { return m->initialized(); },
+        [m](bool include_eds) { return m->ConfigDumps(include_eds); },
+        [m] { return m->ConfigSummaryJson(); },
         [m, xds_ref, &log_files](std::map<std::string, int64_t>* out) {
           // Envoy's names, summed over the access log files.
           for (const auto& f : log_files.Files()) {

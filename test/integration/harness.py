@@ -751,11 +751,19 @@ class Rpx(object):
             raise AssertionError("stat %s is %s after %.1fs" % (name, box.get("v"), timeout))
         return box["v"]
 
-    def config_dump(self):
-        """GET /config_dump, parsed."""
-        status, body = self.admin("GET", "/config_dump")
+    def config_summary(self):
+        """GET /config_summary (rpx's compact view: resources with name, version and state, and
+        the xDS stream's state per type), parsed."""
+        status, body = self.admin("GET", "/config_summary")
         if status != 200:
-            raise RpxError("GET /config_dump returned %d" % status)
+            raise RpxError("GET /config_summary returned %d" % status)
+        return json.loads(body)
+
+    def config_dump(self, query=""):
+        """GET /config_dump (Envoy's ConfigDump JSON), parsed."""
+        status, body = self.admin("GET", "/config_dump" + query)
+        if status != 200:
+            raise RpxError("GET /config_dump%s returned %d: %s" % (query, status, body))
         return json.loads(body)
 
 

@@ -135,7 +135,7 @@ class SdsTests(object):
         self.assertEqual(self.request(kept), b"HTTP/1.1 200 OK")
         kept.close()
 
-        dump = self.proxy.config_dump()
+        dump = self.proxy.config_summary()
         secrets = {s["name"]: s for s in dump["secrets"]}
         self.assertEqual(secrets[SECRET]["config"], {"type": "tls_certificate"})
         self.assertNotIn("BEGIN", str(dump["secrets"]))

@@ -161,7 +161,7 @@ class SubscriptionTests(object):
         self.ack("EDS", mark)
         self.assertEqual(self.served_by(ports["l_static"], "/c_static_eds/x"), "u_moved")
 
-        dump = self.proxy.config_dump()
+        dump = self.proxy.config_summary()
         self.assertEqual(sorted(r["name"] for r in dump["routes"]), ["r_lds", "r_static"])
         self.assertEqual(sorted(e["name"] for e in dump["endpoints"]),
                          ["c_cds_eds", "c_static_eds"])
@@ -321,7 +321,7 @@ class SubscriptionTests(object):
         self.xds.wait_for(r"^subscribe node=%s type=RDS names=rb$" % NODE, since=mark)
         self.xds.wait_for(r"^unsubscribe node=%s type=RDS names=ra$" % NODE, since=mark)
         self.assertEqual(self.served_by(port, "/"), "B")
-        self.assertEqual([r["name"] for r in self.proxy.config_dump()["routes"]], ["rb"])
+        self.assertEqual([r["name"] for r in self.proxy.config_summary()["routes"]], ["rb"])
 
         # A cluster is removed: its endpoints are unsubscribed.
         mark = self.update(clusters=[eds_cluster("B")])
@@ -347,7 +347,7 @@ class SubscriptionTests(object):
         self.xds.wait_for(r"^unsubscribe node=%s type=RDS names=rb$" % NODE, since=mark)
         self.assertEqual(self.subscription("RDS"), set())
         self.assertEqual(self.served_by(port, "/B/x"), "B")
-        self.assertEqual(self.proxy.config_dump()["routes"], [])
+        self.assertEqual(self.proxy.config_summary()["routes"], [])
 
         # Both come back: subscribed again, and served.
         mark = self.update(listeners=[rds_listener("main", port, "ra")],

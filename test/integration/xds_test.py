@@ -135,7 +135,7 @@ class XdsTests(object):
             self.assertEqual(self.xds.wait_ack(t, 0, node=NODE), "1", t)
         self.assertFalse(self.xds.find(r"^NACK "), self.xds.log_tail())
 
-        dump = self.proxy.config_dump()
+        dump = self.proxy.config_summary()
         listener = by_name(dump["listeners"], "main")
         self.assertIsNotNone(listener, dump["listeners"])
         self.assertEqual((listener["version"], listener["state"]), ("1", "active"))
@@ -181,7 +181,7 @@ class XdsTests(object):
         self.assertEqual(r.json()["server"], "A")
         self.assertEqual(r.headers.get("x-rds"), "v2", r)
 
-        dump = self.proxy.config_dump()
+        dump = self.proxy.config_summary()
         self.assertEqual(by_name(dump["routes"], MAIN_ROUTES)["version"], version)
         self.assertEqual(self.type_status(dump, "RDS")["version"], version)
 
@@ -213,7 +213,7 @@ class XdsTests(object):
 
                 # The old route still serves.
                 self.assertEqual(self.served_by("/x"), "A")
-                dump = self.proxy.config_dump()
+                dump = self.proxy.config_summary()
                 s = self.type_status(dump, "RDS")
                 self.assertEqual(s["version"], "1", s)
                 self.assertGreaterEqual(s["nacks"], nacks, s)
@@ -232,7 +232,7 @@ class XdsTests(object):
         r = self.get("/x")
         self.assertEqual(r.json()["server"], "A")
         self.assertEqual(r.headers.get("x-fixed"), "yes", r)
-        self.assertEqual(self.type_status(self.proxy.config_dump(), "RDS")["version"], version)
+        self.assertEqual(self.type_status(self.proxy.config_summary(), "RDS")["version"], version)
 
     # -- 4
     def test_control_plane_restart(self):
@@ -242,8 +242,8 @@ class XdsTests(object):
 
         self.xds.stop()  # SIGTERM by PID
         self.assertFalse(self.xds.alive())
-        wait_until(lambda: not self.proxy.config_dump()["xds"]["connected"], timeout=10,
-                   what="config_dump xds.connected to turn false")
+        wait_until(lambda: not self.proxy.config_summary()["xds"]["connected"], timeout=10,
+                   what="config_summary xds.connected to turn false")
         # Without a control plane, rpx keeps serving what it has.
         for i in range(3):
             self.assertEqual(self.served_by("/down/%d" % i), "A")
@@ -258,8 +258,8 @@ class XdsTests(object):
         mark = self.update(routes=[self.main_routes("B")])
         self.wait_ack("RDS", mark)
         self.assertEqual(self.served_by("/after"), "B")
-        wait_until(lambda: self.proxy.config_dump()["xds"]["connected"], timeout=10,
-                   what="config_dump xds.connected to turn true")
+        wait_until(lambda: self.proxy.config_summary()["xds"]["connected"], timeout=10,
+                   what="config_summary xds.connected to turn true")
 
     # -- 5
     def test_endpoints_added_and_removed(self):
@@ -288,7 +288,7 @@ class XdsTests(object):
         self.assertEqual(servers, ["B"] * 6)
         self.assertEqual(self.up["A"].request_count(), a_requests)
 
-        dump = self.proxy.config_dump()
+        dump = self.proxy.config_summary()
         e = by_name(dump["endpoints"], "svc")
         self.assertEqual(e["version"], version)
         ports = [ep["endpoint"]["address"]["socket_address"]["port_value"]
@@ -303,7 +303,7 @@ class XdsTests(object):
         mark = self.update(listeners=[main, rds_listener("second", port2, MAIN_ROUTES)])
         self.wait_ack("LDS", mark)
         self.assertEqual(self.served_by("/on-second", port2), "A")
-        self.assertEqual(by_name(self.proxy.config_dump()["listeners"], "second")["state"],
+        self.assertEqual(by_name(self.proxy.config_summary()["listeners"], "second")["state"],
                          "active")
 
         # A slow request in flight on the second listener...
@@ -326,7 +326,7 @@ class XdsTests(object):
         self.wait_ack("LDS", mark)
         wait_until(lambda: connection_refused(port2), timeout=5,
                    what="connections to the removed listener's port to be refused")
-        self.assertIsNone(by_name(self.proxy.config_dump()["listeners"], "second"))
+        self.assertIsNone(by_name(self.proxy.config_summary()["listeners"], "second"))
 
         t.join(30)
         self.assertFalse(t.is_alive(), "the in-flight request did not finish")
@@ -352,7 +352,7 @@ class XdsTests(object):
         self.assertEqual(self.served_by("/after", new_port), "A")
         wait_until(lambda: connection_refused(old_port), timeout=5,
                    what="the old address to stop accepting")
-        dump = by_name(self.proxy.config_dump()["listeners"], "main")
+        dump = by_name(self.proxy.config_summary()["listeners"], "main")
         self.assertEqual(dump["state"], "active")
         self.assertEqual(dump["config"]["address"]["socket_address"]["port_value"], new_port)
 
@@ -443,7 +443,7 @@ class XdsTests(object):
         self.wait_ack("LDS", mark)
 
         def state():
-            entry = by_name(self.proxy.config_dump()["listeners"], "warming")
+            entry = by_name(self.proxy.config_summary()["listeners"], "warming")
             return entry["state"] if entry else None
         wait_until(lambda: state() == "active", timeout=10,
                    what="listener 'warming' to become active after its initial_fetch_timeout")
@@ -549,7 +549,7 @@ class XdsTests(object):
             "response_headers_to_add": [{"header": {"key": "x-final", "value": "1"}}]})])
 
         def final_applied():
-            rc = by_name(self.proxy.config_dump()["routes"], MAIN_ROUTES)
+            rc = by_name(self.proxy.config_summary()["routes"], MAIN_ROUTES)
             return rc and "response_headers_to_add" in rc["config"]
         wait_until(final_applied, timeout=10, what="the route version written after the churn")
         r = self.get("/final")
