@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "envoy/config/cluster/v3/cluster.pb.h"
 #include "envoy/config/listener/v3/listener.pb.h"
@@ -681,6 +682,7 @@ void Builder::BuildListener(const Listener& l, const std::string& path, ServerCo
     }
   }
   lc->reuse_port = !l.has_enable_reuse_port() || l.enable_reuse_port().value();
+  lc->inbound = l.traffic_direction() == envoy::config::core::v3::INBOUND;
   Options(l.socket_options(), path + ".socket_options", /*prebind_only=*/false,
           &lc->socket_options);
   for (int i = 0; i < l.listener_filters_size(); ++i) {
@@ -1086,6 +1088,29 @@ void FlattenRuntime(const google::protobuf::Struct& st, const std::string& prefi
 // The runtime keys rpx reads.
 constexpr char kGlobalMaxConnections[] = "overload.global_downstream_max_connections";
 
+// Recomputes the final values and what rpx reads from them (`errors`: values it cannot use, each
+// prefixed with `where`).
+void ResolveRuntime(RuntimeConfig* rt, const std::string& where, std::vector<std::string>* errors) {
+  rt->values.clear();
+  for (const auto& layer : rt->layer_values) {
+    for (const auto& [k, v] : layer) rt->values[k] = v;
+  }
+  rt->unused_keys.clear();
+  rt->global_max_connections = 0;
+  for (const auto& [key, value] : rt->values) {
+    if (key == kGlobalMaxConnections) {
+      uint64_t n = 0;
+      if (!absl::SimpleAtoi(value, &n)) {
+        errors->push_back(
+            absl::StrCat(where, key, ": must be a whole number of connections, not '", value, "'"));
+      }
+      rt->global_max_connections = n;
+    } else {
+      rt->unused_keys.push_back(key);
+    }
+  }
+}
+
 void BuildRuntime(const envoy::config::bootstrap::v3::Bootstrap& b, const std::string& source,
                   RuntimeConfig* out, std::vector<std::string>* errors) {
   const auto& layers = b.layered_runtime().layers();
@@ -1103,22 +1128,11 @@ void BuildRuntime(const envoy::config::bootstrap::v3::Bootstrap& b, const std::s
     out->layer_values.emplace_back();
     if (l.has_static_layer()) {
       FlattenRuntime(l.static_layer(), "", p + ".static_layer", &out->layer_values.back(), &local);
-      for (const auto& [k, v] : out->layer_values.back()) out->values[k] = v;
     }
-    // admin_layer: accepted (it names where /runtime_modify writes, which rpx does not have).
+    // The admin layer starts empty; /runtime_modify writes to it (the last one, as Envoy).
+    if (l.has_admin_layer()) out->admin_layer = i;
   }
-  for (const auto& [key, value] : out->values) {
-    if (key == kGlobalMaxConnections) {
-      uint64_t n = 0;
-      if (!absl::SimpleAtoi(value, &n)) {
-        local.push_back(absl::StrCat(source, ": layered_runtime: ", key,
-                                     ": must be a whole number of connections, not '", value, "'"));
-      }
-      out->global_max_connections = n;
-    } else {
-      out->unused_keys.push_back(key);
-    }
-  }
+  ResolveRuntime(out, absl::StrCat(source, ": layered_runtime: "), &local);
   errors->insert(errors->end(), local.begin(), local.end());
 }
 
@@ -1305,6 +1319,29 @@ bool BuildServerConfig(const envoy::config::bootstrap::v3::Bootstrap& bootstrap,
                                    "required (or listeners from LDS)"));
   }
   return errors->size() == errors_before;
+}
+
+std::string ModifyRuntime(const std::map<std::string, std::string>& changes, RuntimeConfig* rt) {
+  if (rt->admin_layer < 0) {
+    return "no admin layer: add one to layered_runtime.layers (admin_layer: {}) to modify the "
+           "runtime";
+  }
+  if (changes.empty()) return "usage: POST /runtime_modify?key1=value1&key2=value2";
+  RuntimeConfig next = *rt;
+  auto& layer = next.layer_values[static_cast<size_t>(next.admin_layer)];
+  for (const auto& [key, value] : changes) {
+    if (key.empty()) return "a runtime key is empty";
+    if (value.empty()) {
+      layer.erase(key);  // as Envoy: an empty value removes the override
+    } else {
+      layer[key] = value;
+    }
+  }
+  std::vector<std::string> errors;
+  ResolveRuntime(&next, "", &errors);
+  if (!errors.empty()) return absl::StrJoin(errors, "; ");  // nothing applied
+  *rt = std::move(next);
+  return "";
 }
 
 }  // namespace rpx

@@ -102,6 +102,7 @@ struct ListenerConfig {
   SocketAddress address;
   uint32_t buffer_limit = 1024 * 1024;
   bool reuse_port = true;
+  bool inbound = false;          // traffic_direction INBOUND (/drain_listeners?inboundonly)
   SocketOptions socket_options;  // applied to the listening sockets; accepted ones inherit most
   // filter_chains in order, then default_filter_chain (if any) last.
   std::vector<std::shared_ptr<const FilterChainConfig>> chains;
@@ -157,7 +158,13 @@ struct RuntimeConfig {
   std::map<std::string, std::string> values;                     // key -> final value, as text
   std::vector<std::string> unused_keys;                          // keys rpx does not read (sorted)
   uint64_t global_max_connections = 0;  // overload.global_downstream_max_connections; 0: none
+  int admin_layer = -1;                 // the layer /runtime_modify writes to; -1: none
 };
+
+// /runtime_modify: sets (or, with an empty value, removes) keys in the admin layer and resolves
+// the runtime again. Either every change applies or none does; returns the error naming the key
+// and value rpx cannot use, or "" on success.
+std::string ModifyRuntime(const std::map<std::string, std::string>& changes, RuntimeConfig* rt);
 
 // Connections open across every listener and worker, for
 // overload.global_downstream_max_connections. Shared by the workers (any thread); one per process,

@@ -178,6 +178,7 @@ const std::set<std::string>& Supported() {
       "envoy.config.listener.v3.Listener.metadata",
       "envoy.config.listener.v3.Listener.stat_prefix",
       "envoy.config.listener.v3.Listener.enable_reuse_port",
+      "envoy.config.listener.v3.Listener.traffic_direction",
       "envoy.config.listener.v3.Listener.socket_options",
       "envoy.config.listener.v3.Listener.drain_type",
       "envoy.config.listener.v3.Listener.listener_filters",
@@ -461,7 +462,6 @@ std::string Hint(const std::string& full) {
 // Fields a control plane may send that rpx can ignore without changing where requests go.
 const std::set<std::string>& Ignorable() {
   static const auto* s = new std::set<std::string>{
-      "envoy.config.listener.v3.Listener.traffic_direction",
       "envoy.config.listener.v3.Listener.bind_to_port",
       "envoy.extensions.filters.listener.tls_inspector.v3.TlsInspector.initial_read_buffer_size",
       "envoy.config.cluster.v3.Cluster.dns_refresh_rate",

@@ -155,6 +155,20 @@ std::string Admin::Handle(const RequestHead& head, int* status, std::string* con
     *content_type = "application/json";
     return RuntimeJson();
   }
+  if (path == "/runtime_modify") {
+    if (head.method != "POST") {
+      *status = 405;
+      return "use POST to modify the runtime\n";
+    }
+    auto query =
+        ParseQuery(head.path.size() > path.size() ? head.path.substr(path.size() + 1) : "");
+    std::string error = runtime_modify_ ? runtime_modify_(query) : "runtime is not modifiable";
+    if (!error.empty()) {
+      *status = 400;
+      return error + "\n";
+    }
+    return "OK\n";
+  }
   if (path == "/listeners")
     return Listeners(head.path.find("format=json") != std::string::npos, content_type);
   if (path == "/clusters")
@@ -222,9 +236,17 @@ std::string Admin::Handle(const RequestHead& head, int* status, std::string* con
     return "OK\n";
   }
   if (path == "/drain_listeners") {
-    bool graceful = head.path.find("graceful") != std::string::npos;
+    auto query =
+        ParseQuery(head.path.size() > path.size() ? head.path.substr(path.size() + 1) : "");
+    for (const auto& [k, v] : query) {
+      if (k != "graceful" && k != "inboundonly") {
+        *status = 400;
+        return absl::StrCat("unknown parameter '", k, "' (graceful, inboundonly)\n");
+      }
+    }
     draining_ = true;
-    if (drain_listeners_) drain_listeners_(graceful);
+    if (drain_listeners_)
+      drain_listeners_(query.count("graceful") > 0, query.count("inboundonly") > 0);
     return "OK\n";
   }
   if (path == "/healthcheck/fail" || path == "/healthcheck/ok") {
@@ -238,7 +260,8 @@ std::string Admin::Handle(const RequestHead& head, int* status, std::string* con
   if (path == "/") {
     return "rpx admin\n  /ready\n  /stats\n  /server_info\n  /config_dump\n  /config_summary\n  "
            "/quitquitquit "
-           "(POST)\n  /drain_listeners[?graceful] (POST)\n  /healthcheck/fail, /healthcheck/ok "
+           "(POST)\n  /drain_listeners[?graceful][&inboundonly] (POST)\n  "
+           "/runtime_modify?key=value (POST)\n  /healthcheck/fail, /healthcheck/ok "
            "(POST)\n  /reopen_logs (POST)\n  /stats/prometheus\n  /listeners[?format=json]\n"
            "  /clusters[?format=json]\n  /runtime\n  /memory\n"
            "  /logging (GET lists, POST ?level=<level> sets)\n";

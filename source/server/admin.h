@@ -54,12 +54,17 @@ class Admin : public StreamHandlerFactory {
   void set_ready(bool ready) { ready_ = ready; }
   // Draining (SIGTERM): /ready answers 503 DRAINING from now on.
   void set_draining(bool draining) { draining_ = draining; }
-  // What POST /drain_listeners does (`gradual` with ?graceful).
-  void set_drain_listeners(std::function<void(bool gradual)> fn) {
+  // What POST /drain_listeners does (`gradual` with ?graceful, `inbound_only` with ?inboundonly).
+  void set_drain_listeners(std::function<void(bool gradual, bool inbound_only)> fn) {
     drain_listeners_ = std::move(fn);
   }
   // What POST /reopen_logs does.
   void set_reopen_logs(std::function<void()> fn) { reopen_logs_ = std::move(fn); }
+  // POST /runtime_modify: applies the changes, returns an error or "".
+  void set_runtime_modify(
+      std::function<std::string(const std::map<std::string, std::string>&)> fn) {
+    runtime_modify_ = std::move(fn);
+  }
   // Readiness beyond "started" (xDS initialization), and the /config_dump body.
   using ConfigDumps =
       std::function<std::vector<std::unique_ptr<google::protobuf::Message>>(bool include_eds)>;
@@ -98,8 +103,9 @@ class Admin : public StreamHandlerFactory {
   bool Ready() const {
     return ready_ && !draining_ && !health_failed_ && (!initialized_ || initialized_());
   }
-  std::function<void(bool)> drain_listeners_;
+  std::function<void(bool, bool)> drain_listeners_;
   std::function<void()> reopen_logs_;
+  std::function<std::string(const std::map<std::string, std::string>&)> runtime_modify_;
   std::function<bool()> initialized_;
   ConfigDumps config_dumps_;
   std::function<std::string()> config_summary_;

@@ -185,10 +185,16 @@ int RunServer(const ServerOptions& options) {
             (*out)["control_plane." + t + ".update_rejected"] = st.nacks;
           }
         });
-    admin->set_drain_listeners([&worker_list, &options](bool gradual) {
-      for (auto& w : worker_list) w->Drain(options.drain_time_ms, gradual);
+    admin->set_drain_listeners([&worker_list, &options](bool gradual, bool inbound_only) {
+      for (auto& w : worker_list) w->Drain(options.drain_time_ms, gradual, inbound_only);
     });
     admin->set_reopen_logs([&log_files] { log_files.ReopenAll(); });
+    admin->set_runtime_modify(
+        [&config, &global_connections](const std::map<std::string, std::string>& changes) {
+          std::string error = ModifyRuntime(changes, &config.runtime);
+          if (error.empty()) global_connections.set_max(config.runtime.global_max_connections);
+          return error;
+        });
     Admin::RestartInfo ri;
     ri.enabled = hot_restart != nullptr;
     ri.epoch = options.restart_epoch;

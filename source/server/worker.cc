@@ -405,11 +405,11 @@ void Worker::UpdateClusters(std::shared_ptr<const ClusterMap> clusters) {
   dispatcher_.Post([this, clusters] { clusters_.Apply(*clusters); });
 }
 
-void Worker::Drain(uint64_t drain_ms, bool gradual) {
-  dispatcher_.Post([this, drain_ms, gradual] {
-    stopped_accepting_ = true;
+void Worker::Drain(uint64_t drain_ms, bool gradual, bool inbound_only) {
+  dispatcher_.Post([this, drain_ms, gradual, inbound_only] {
+    if (!inbound_only) stopped_accepting_ = true;
     for (auto& [name, l] : listeners_) {
-      if (!l->listener) continue;
+      if (!l->listener || (inbound_only && !l->config->inbound)) continue;
       // Connections already queued are served (closing the socket would reset them); then it
       // stops accepting and the socket closes.
       ActiveListener* raw = l.get();
@@ -423,28 +423,30 @@ void Worker::Drain(uint64_t drain_ms, bool gradual) {
     // asked still have time to finish a request.
     constexpr uint64_t kSteps = 20;
     if (!gradual || drain_ms < kSteps || open <= 1) {
-      DrainSome(SIZE_MAX);
+      DrainSome(SIZE_MAX, inbound_only);
       return;
     }
     size_t per_step = (open + kSteps - 1) / kSteps;
     uint64_t step_ms = drain_ms * 9 / 10 / kSteps;
-    DrainSome(per_step);
-    drain_step_timer_ = dispatcher_.CreateTimer([this, per_step, step_ms] {
-      if (DrainSome(per_step) == per_step) drain_step_timer_->Enable(step_ms);
+    DrainSome(per_step, inbound_only);
+    drain_step_timer_ = dispatcher_.CreateTimer([this, per_step, step_ms, inbound_only] {
+      if (DrainSome(per_step, inbound_only) == per_step) drain_step_timer_->Enable(step_ms);
     });
     drain_step_timer_->Enable(step_ms);
   });
 }
 
-size_t Worker::DrainSome(size_t n) {
+size_t Worker::DrainSome(size_t n, bool inbound_only) {
   std::vector<ServerConnection*> pick;
   for (auto& [name, l] : listeners_) {
+    if (inbound_only && !l->config->inbound) continue;
     for (ServerConnection* c : l->connections.Snapshot()) {
       if (pick.size() >= n) break;
       if (!c->draining()) pick.push_back(c);
     }
   }
   for (auto& l : draining_) {
+    if (inbound_only && !l->config->inbound) continue;
     for (ServerConnection* c : l->connections.Snapshot()) {
       if (pick.size() >= n) break;
       if (!c->draining()) pick.push_back(c);

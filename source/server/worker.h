@@ -49,7 +49,8 @@ class Worker {
   // Thread-safe. Graceful shutdown: stops accepting on every listener, and asks every open
   // connection to close once idle (a keep-alive connection after its current response, which
   // says Connection: close): all at once, or with `gradual` spread over `drain_ms`.
-  void Drain(uint64_t drain_ms, bool gradual);
+  // `inbound_only`: only the listeners whose traffic_direction is INBOUND, and their connections.
+  void Drain(uint64_t drain_ms, bool gradual, bool inbound_only = false);
   // Open downstream connections (any thread).
   uint64_t open_connections() const { return open_connections_.load(std::memory_order_relaxed); }
   // Thread-safe: stops accepting, closes connections and ends the thread; returns when joined.
@@ -167,7 +168,7 @@ class Worker {
   void FinishDrain(ActiveListener* l);
   void FreeDrained(ActiveListener* l);
   // Gradual drain: asks up to `n` more connections (of every listener) to close once idle.
-  size_t DrainSome(size_t n);
+  size_t DrainSome(size_t n, bool inbound_only);
   // Closes a connection refused by the listener's connection limit, now or after `delay_ms`.
   void Reject(int fd, uint64_t delay_ms);
   void CloseDueRejects();

@@ -155,6 +155,23 @@ layered_runtime:
   EXPECT_EQ(c.runtime.unused_keys,
             (std::vector<std::string>{"re2.max_program_size.error_level", "some_flag"}));
 
+  EXPECT_EQ(c.runtime.admin_layer, 2);
+
+  // /runtime_modify: all or nothing; the admin layer wins; an empty value removes a key.
+  EXPECT_THAT(
+      ModifyRuntime({{"overload.global_downstream_max_connections", "x"}, {"k", "1"}}, &c.runtime),
+      HasSubstr("overload.global_downstream_max_connections: must be a whole number"));
+  EXPECT_EQ(c.runtime.values.count("k"), 0u);
+  EXPECT_EQ(
+      ModifyRuntime({{"overload.global_downstream_max_connections", "7"}, {"k", "1"}}, &c.runtime),
+      "");
+  EXPECT_EQ(c.runtime.global_max_connections, 7u);
+  EXPECT_EQ(c.runtime.values.at("k"), "1");
+  EXPECT_EQ(ModifyRuntime({{"overload.global_downstream_max_connections", ""}}, &c.runtime), "");
+  EXPECT_EQ(c.runtime.global_max_connections, 100u);
+  RuntimeConfig none;
+  EXPECT_THAT(ModifyRuntime({{"a", "1"}}, &none), HasSubstr("no admin layer"));
+
   EXPECT_THAT(OnlyError(std::string(kGood) +
                         "layered_runtime: {layers: [{name: l, static_layer: {overload: "
                         "{global_downstream_max_connections: lots}}}]}\n"),

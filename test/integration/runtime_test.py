@@ -67,6 +67,46 @@ class RuntimeTest(IntegrationTestCase):
         self.assertEqual(self.proxy.stat("runtime.num_keys"), 2)
         self.assertEqual(self.proxy.stat("runtime.unused_keys"), 1)
 
+    def test_runtime_modify_writes_the_admin_layer(self):
+        self.assertEqual(self.proxy.admin("GET", "/runtime_modify?a=1")[0], 405)
+        # A bad value for a key rpx reads is refused, naming it; nothing changes.
+        status, body = self.proxy.admin(
+            "POST", "/runtime_modify?overload.global_downstream_max_connections=lots&x.y=1")
+        self.assertEqual(status, 400)
+        self.assertIn(b"overload.global_downstream_max_connections", body)
+        self.assertIn(b"'lots'", body)
+        rt = json.loads(self.proxy.admin("GET", "/runtime")[1])
+        self.assertNotIn("x.y", rt["entries"])
+        # Raise the cap from 3 to 5 in the admin layer: 5 connections are served.
+        status, body = self.proxy.admin(
+            "POST", "/runtime_modify?overload.global_downstream_max_connections=5&x.y=1")
+        self.assertEqual((status, body), (200, b"OK\n"))
+        rt = json.loads(self.proxy.admin("GET", "/runtime")[1])
+        e = rt["entries"]["overload.global_downstream_max_connections"]
+        self.assertEqual(e["final_value"], "5")
+        self.assertEqual(e["layer_values"], ["10", "3", "5"])
+        self.assertEqual(rt["entries"]["x.y"]["final_value"], "1")
+        clients = [self.raw_client(self.ports[i % 2]) for i in range(5)]
+        for c in clients:
+            c.send(http_request("GET", "/held"))
+            self.assertEqual(c.read_response().status, 200)
+        extra = socket.create_connection(("127.0.0.1", self.ports[0]))
+        self.addCleanup(extra.close)
+        self.assertTrue(refused_by_peer(extra), "a connection over the new cap was served")
+        # An empty value removes the override: the static layers' 3 applies again.
+        self.assertEqual(self.proxy.admin(
+            "POST", "/runtime_modify?overload.global_downstream_max_connections=")[0], 200)
+        rt = json.loads(self.proxy.admin("GET", "/runtime")[1])
+        self.assertEqual(
+            rt["entries"]["overload.global_downstream_max_connections"]["final_value"], "3")
+
+    def test_runtime_modify_needs_an_admin_layer(self):
+        other = self.start_rpx(bootstrap([http_listener("c", free_port(), [virtual_host(
+            "all", ["*"], [route("/", "E")])])], [cluster("E", self.echo.port)]))
+        status, body = other.admin("POST", "/runtime_modify?a=1")
+        self.assertEqual(status, 400)
+        self.assertIn(b"no admin layer", body)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -113,6 +113,27 @@ class ShutdownTest(IntegrationTestCase):
         self.assertEqual(self.ready(), (503, b"DRAINING\n"))
         self.assertIsNone(self.proxy.proc.poll())  # the server itself stays up
 
+    def test_drain_listeners_inbound_only(self):
+        # Istio drains a sidecar's inbound listener before the pod stops; outbound keeps serving.
+        self.up = self.start_echo("up")
+        self.port, out_port = free_port(), free_port()
+        inbound = http_listener("in", self.port, [virtual_host("all", ["*"], [
+            route("/", "up")])], listener_extra={"traffic_direction": "INBOUND"})
+        outbound = http_listener("out", out_port, [virtual_host("all", ["*"], [
+            route("/", "up")])], listener_extra={"traffic_direction": "OUTBOUND"})
+        self.proxy = self.start_rpx(bootstrap([inbound, outbound], [cluster("up", self.up.port)]))
+        kept = self.raw_client(out_port)
+        kept.send(http_request("GET", "/before"))
+        self.assertEqual(kept.read_response().status, 200)
+        self.assertEqual(self.proxy.admin("POST", "/drain_listeners?inboundonly&bogus")[0], 400)
+        self.assertEqual(self.proxy.admin("POST", "/drain_listeners?inboundonly")[0], 200)
+        wait_until(lambda: refused(self.port), timeout=5, what="the inbound listener to close")
+        self.assertEqual(curl("http://127.0.0.1:%d/" % out_port).status, 200)
+        kept.send(http_request("GET", "/after"))  # an outbound connection is not asked to close
+        r = kept.read_response()
+        self.assertEqual(r.status, 200)
+        self.assertNotEqual(r.headers.get("connection"), "close")
+
 
 if __name__ == "__main__":
     unittest.main()
