@@ -25,6 +25,12 @@
 namespace rpx {
 namespace {
 
+constexpr char kListenerTypeUrl[] = "type.googleapis.com/envoy.config.listener.v3.Listener";
+constexpr char kRouteTypeUrl[] = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration";
+constexpr char kClusterTypeUrl[] = "type.googleapis.com/envoy.config.cluster.v3.Cluster";
+constexpr char kEndpointTypeUrl[] =
+    "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment";
+
 using envoy::config::cluster::v3::Cluster;
 using envoy::config::listener::v3::FilterChain;
 using envoy::config::listener::v3::Listener;
@@ -256,9 +262,11 @@ void Builder::BuildCluster(const Cluster& c, const std::string& path, ServerConf
       info->eds = true;
       const auto& eds = c.eds_cluster_config();
       info->eds_service_name = eds.service_name().empty() ? c.name() : eds.service_name();
-      if (eds.has_eds_config() && eds.eds_config().config_source_specifier_case() !=
-                                      envoy::config::core::v3::ConfigSource::kAds) {
-        Error(path + ".eds_cluster_config.eds_config", "only ads: {} is supported");
+      if (eds.has_eds_config()) {
+        XdsSource src;
+        ParseConfigSource(eds.eds_config(),
+                          options_.source + ": " + path + ".eds_cluster_config.eds_config", &src,
+                          errors_);
       }
       if (c.has_load_assignment()) {
         Error(path + ".load_assignment", "an EDS cluster takes its endpoints from EDS");
@@ -624,9 +632,11 @@ bool Builder::BuildHttp(const HttpConnectionManager& hcm, const std::string& pat
     if (rds.route_config_name().empty()) {
       Error(path + ".rds.route_config_name", "is required");
     }
-    if (rds.config_source().config_source_specifier_case() !=
-        envoy::config::core::v3::ConfigSource::kAds) {
-      Error(path + ".rds.config_source", "only ads: {} is supported");
+    ParseConfigSource(rds.config_source(), options_.source + ": " + path + ".rds.config_source",
+                      &lc->rds_source, errors_);
+    if (rds.config_source().config_source_specifier_case() ==
+        envoy::config::core::v3::ConfigSource::CONFIG_SOURCE_SPECIFIER_NOT_SET) {
+      Error(path + ".rds.config_source", "is required (ads: {}, api_config_source or path)");
     }
     lc->rds_name = rds.route_config_name();
     if (rds.config_source().has_initial_fetch_timeout()) {
@@ -1138,6 +1148,75 @@ void BuildRuntime(const envoy::config::bootstrap::v3::Bootstrap& b, const std::s
 
 }  // namespace
 
+bool ParseConfigSource(const envoy::config::core::v3::ConfigSource& cs, const std::string& path,
+                       XdsSource* out, std::vector<std::string>* errors) {
+  using CS = envoy::config::core::v3::ConfigSource;
+  using ACS = envoy::config::core::v3::ApiConfigSource;
+  auto err = [&](const std::string& field, const std::string& what) {
+    errors->push_back(absl::StrCat(path, field, ": ", what));
+    return false;
+  };
+  *out = XdsSource();
+  switch (cs.config_source_specifier_case()) {
+    case CS::CONFIG_SOURCE_SPECIFIER_NOT_SET:
+      return true;
+    case CS::kAds:
+      out->kind = XdsSource::Kind::kAds;
+      break;
+    case CS::kApiConfigSource: {
+      const ACS& api = cs.api_config_source();
+      switch (api.api_type()) {
+        case ACS::GRPC:
+          break;
+        case ACS::DELTA_GRPC:
+          out->delta = true;
+          break;
+        case ACS::AGGREGATED_GRPC:
+        case ACS::AGGREGATED_DELTA_GRPC:
+          return err(".api_config_source.api_type",
+                     "AGGREGATED_* belongs in dynamic_resources.ads_config; here use ads: {}");
+        default:
+          return err(".api_config_source.api_type",
+                     absl::StrCat(ACS::ApiType_Name(api.api_type()),
+                                  " is not supported (GRPC or DELTA_GRPC)"));
+      }
+      if (api.transport_api_version() != envoy::config::core::v3::V3) {
+        return err(".api_config_source.transport_api_version", "must be V3");
+      }
+      if (api.grpc_services_size() != 1 || !api.grpc_services(0).has_envoy_grpc()) {
+        return err(".api_config_source.grpc_services",
+                   "exactly one envoy_grpc service is required");
+      }
+      out->kind = XdsSource::Kind::kGrpc;
+      out->cluster = api.grpc_services(0).envoy_grpc().cluster_name();
+      break;
+    }
+    case CS::kPathConfigSource:
+      if (cs.path_config_source().path().empty()) {
+        return err(".path_config_source.path", "is required");
+      }
+      out->kind = XdsSource::Kind::kPath;
+      out->path = cs.path_config_source().path();
+      out->watched_dir = cs.path_config_source().watched_directory().path();
+      break;
+    case CS::kPath:
+      if (cs.path().empty()) return err(".path", "is required");
+      out->kind = XdsSource::Kind::kPath;
+      out->path = cs.path();
+      break;
+    default:
+      return err("",
+                 "only ads, api_config_source (GRPC, DELTA_GRPC) and path_config_source are "
+                 "supported");
+  }
+  // AUTO (unset) means V3, the only version Envoy still speaks.
+  if (cs.resource_api_version() == envoy::config::core::v3::V2) {
+    *out = XdsSource();
+    return err(".resource_api_version", "V2 is not supported: use V3");
+  }
+  return true;
+}
+
 bool BuildServerConfig(const envoy::config::bootstrap::v3::Bootstrap& bootstrap,
                        const BuildOptions& options, ServerConfig* out,
                        std::vector<std::string>* errors) {
@@ -1167,26 +1246,27 @@ bool BuildServerConfig(const envoy::config::bootstrap::v3::Bootstrap& bootstrap,
       if (b.Address(admin.address(), "admin.address", &a)) out->admin_address = a;
     }
   }
+  std::map<std::string, std::string> source_paths;  // type -> the config source's field path
   if (bootstrap.has_dynamic_resources()) {
     const auto& dr = bootstrap.dynamic_resources();
     using CS = envoy::config::core::v3::ConfigSource;
     using ACS = envoy::config::core::v3::ApiConfigSource;
     XdsConfig& x = out->xds;
-    auto check_source = [&](const CS& cs, const std::string& path, bool* flag) {
+    bool lds_cds_use_ads = false;
+    auto check_source = [&](const CS& cs, const std::string& path, const char* type,
+                            bool* ads_flag) {
       if (cs.config_source_specifier_case() == CS::CONFIG_SOURCE_SPECIFIER_NOT_SET) return;
-      if (cs.config_source_specifier_case() != CS::kAds) {
-        b.Error(path, "only ads: {} is supported (with ads_config)");
-        return;
-      }
-      if (cs.resource_api_version() != envoy::config::core::v3::V3) {
-        b.Error(path + ".resource_api_version", "must be V3");
-      }
+      XdsSource src;
+      if (!ParseConfigSource(cs, options.source + ": " + path, &src, errors)) return;
       if (cs.has_initial_fetch_timeout())
         x.initial_fetch_timeout_ms = Ms(cs.initial_fetch_timeout());
-      *flag = true;
+      x.sources[type] = src;
+      source_paths[type] = path;
+      *ads_flag = true;  // LDS / CDS are dynamic
+      if (src.kind == XdsSource::Kind::kAds) lds_cds_use_ads = true;
     };
-    check_source(dr.lds_config(), "dynamic_resources.lds_config", &x.lds);
-    check_source(dr.cds_config(), "dynamic_resources.cds_config", &x.cds);
+    check_source(dr.lds_config(), "dynamic_resources.lds_config", kListenerTypeUrl, &x.lds);
+    check_source(dr.cds_config(), "dynamic_resources.cds_config", kClusterTypeUrl, &x.cds);
     if (dr.has_ads_config()) {
       const ACS& ads = dr.ads_config();
       std::string ap = "dynamic_resources.ads_config";
@@ -1213,7 +1293,7 @@ bool BuildServerConfig(const envoy::config::bootstrap::v3::Bootstrap& bootstrap,
         x.cluster = ads.grpc_services(0).envoy_grpc().cluster_name();
       }
       x.has_ads_config = true;
-    } else if (x.lds || x.cds) {
+    } else if (lds_cds_use_ads) {
       b.Error("dynamic_resources.ads_config", "is required when lds_config or cds_config use ads");
     }
   }
@@ -1224,12 +1304,30 @@ bool BuildServerConfig(const envoy::config::bootstrap::v3::Bootstrap& bootstrap,
   for (int i = 0; i < sr.listeners_size(); ++i) {
     b.BuildListener(sr.listeners(i), absl::StrCat("static_resources.listeners[", i, "]"), out);
   }
+  // Where RDS and EDS come from for the static listeners and clusters: one source per type.
+  auto add_source = [&](const char* type, const XdsSource& src, const std::string& path) {
+    if (!src.set()) return;
+    source_paths.emplace(type, path);
+    auto [it, inserted] = out->xds.sources.emplace(type, src);
+    if (!inserted && it->second.Key() != src.Key()) {
+      errors->push_back(absl::StrCat(options.source, ": ", path, ": takes ", type, " from ",
+                                     src.Key(),
+                                     " but another config source of the same type "
+                                     "uses ",
+                                     it->second.Key(), "; rpx takes each type from one source"));
+    }
+  };
   // The ADS stream runs when something takes its configuration from it: LDS, CDS, a static
-  // listener's RDS or a static cluster's EDS.
+  // listener's RDS, a static cluster's EDS or SDS.
   std::vector<std::string> ads_users;  // "field path: what"
   for (const auto& l : out->listeners) {
     for (const auto& c : l->chains) {
-      if (!c->rds_name.empty()) ads_users.push_back(c->route_config_path + ".rds: RDS");
+      if (!c->rds_name.empty()) {
+        add_source(kRouteTypeUrl, c->rds_source, c->route_config_path + ".rds.config_source");
+        if (c->rds_source.kind == XdsSource::Kind::kAds) {
+          ads_users.push_back(c->route_config_path + ".rds: RDS");
+        }
+      }
       if (!c->sds_secrets.empty()) ads_users.push_back(c->tls_path + ": SDS");
     }
   }
@@ -1239,10 +1337,16 @@ bool BuildServerConfig(const envoy::config::bootstrap::v3::Bootstrap& bootstrap,
     }
   }
   for (int i = 0; i < sr.clusters_size(); ++i) {
-    if (sr.clusters(i).type() == envoy::config::cluster::v3::Cluster::EDS) {
-      ads_users.push_back(
-          absl::StrCat("static_resources.clusters[", i, "].eds_cluster_config: EDS"));
+    if (sr.clusters(i).type() != envoy::config::cluster::v3::Cluster::EDS) continue;
+    std::string p = absl::StrCat("static_resources.clusters[", i, "].eds_cluster_config");
+    XdsSource src;
+    src.kind = XdsSource::Kind::kAds;  // no eds_config: ADS, as before
+    if (sr.clusters(i).eds_cluster_config().has_eds_config()) {
+      std::vector<std::string> ignored;  // reported when the cluster was built
+      ParseConfigSource(sr.clusters(i).eds_cluster_config().eds_config(), "", &src, &ignored);
     }
+    add_source(kEndpointTypeUrl, src, p + ".eds_config");
+    if (src.kind == XdsSource::Kind::kAds) ads_users.push_back(p + ": EDS");
   }
   if (!out->xds.has_ads_config) {
     for (const auto& user : ads_users) {
@@ -1250,56 +1354,69 @@ bool BuildServerConfig(const envoy::config::bootstrap::v3::Bootstrap& bootstrap,
           absl::StrCat(options.source, ": ", user, " needs dynamic_resources.ads_config"));
     }
   }
-  out->xds.enabled =
-      out->xds.has_ads_config && (out->xds.lds || out->xds.cds || !ads_users.empty());
+  for (const auto& [type, src] : out->xds.sources) {
+    if (src.kind == XdsSource::Kind::kAds) ads_users.push_back(type);
+  }
+  out->xds.enabled = out->xds.has_ads_config && !ads_users.empty();
+  // Every cluster that carries xDS: usable for gRPC, with a target.
+  std::map<std::string, std::string> xds_clusters;  // cluster -> field path naming it
   if (out->xds.enabled) {
-    auto it = out->clusters.find(out->xds.cluster);
+    xds_clusters[out->xds.cluster] = "dynamic_resources.ads_config";
+  }
+  for (const auto& [type, src] : out->xds.sources) {
+    if (src.kind == XdsSource::Kind::kGrpc) {
+      xds_clusters.emplace(src.cluster, source_paths[type] + ".api_config_source");
+    }
+  }
+  for (const auto& [cluster_name, where] : xds_clusters) {
+    auto it = out->clusters.find(cluster_name);
     if (it == out->clusters.end()) {
-      if (!b.defined_clusters.contains(out->xds.cluster)) {
-        b.Error("dynamic_resources.ads_config.grpc_services[0].envoy_grpc.cluster_name",
-                absl::StrCat("no static cluster named '", out->xds.cluster, "'"));
+      if (!b.defined_clusters.contains(cluster_name)) {
+        b.Error(where + ".grpc_services[0].envoy_grpc.cluster_name",
+                absl::StrCat("no static cluster named '", cluster_name, "'"));
       }
     } else if (!it->second.info->http2) {
-      b.Error("dynamic_resources.ads_config",
-              absl::StrCat("cluster '", out->xds.cluster,
+      b.Error(where,
+              absl::StrCat("cluster '", cluster_name,
                            "' must enable HTTP/2 (explicit_http_config.http2_protocol_options), "
                            "as Envoy requires for gRPC"));
     } else if (it->second.info->eds) {
-      b.Error("dynamic_resources.ads_config",
-              absl::StrCat("cluster '", out->xds.cluster,
-                           "' is the xDS cluster, so its endpoints cannot come from EDS"));
+      b.Error(where, absl::StrCat("cluster '", cluster_name,
+                                  "' is an xDS cluster, so its endpoints cannot come from EDS"));
     } else if (it->second.info->transport.tls_required ||
                !it->second.info->transport_matches.empty()) {
-      b.Error("dynamic_resources.ads_config",
-              absl::StrCat("cluster '", out->xds.cluster,
-                           "': TLS to the xDS server is not implemented yet (the stream would go "
-                           "out in cleartext)"));
+      b.Error(where, absl::StrCat("cluster '", cluster_name,
+                                  "': TLS to the xDS server is not implemented yet (the stream "
+                                  "would go out in cleartext)"));
     } else {
       const DnsCluster* dns = nullptr;
       for (const auto& d : out->dns_clusters) {
-        if (d.cluster == out->xds.cluster) dns = &d;
+        if (d.cluster == cluster_name) dns = &d;
       }
+      std::string target;
       if (dns && !dns->targets.empty()) {
         // Resolved by gRPC (not needed to validate, and a name that does not resolve yet only
         // delays the stream, as in Envoy).
-        out->xds.target =
-            absl::StrCat("dns:///", dns->targets[0].hostname, ":", dns->targets[0].port);
+        target = absl::StrCat("dns:///", dns->targets[0].hostname, ":", dns->targets[0].port);
       } else if (!it->second.hosts || it->second.hosts->empty()) {
-        b.Error("dynamic_resources.ads_config",
-                absl::StrCat("cluster '", out->xds.cluster, "' has no endpoints"));
+        b.Error(where, absl::StrCat("cluster '", cluster_name, "' has no endpoints"));
       } else {
         const SocketAddress& a = (*it->second.hosts)[0]->address;
-        out->xds.target = absl::StrCat(a.family() == AF_INET6 ? "ipv6:" : "ipv4:", a.ToString());
+        target = absl::StrCat(a.family() == AF_INET6 ? "ipv6:" : "ipv4:", a.ToString());
       }
+      out->xds.grpc_targets[cluster_name] = target;
+      if (cluster_name == out->xds.cluster) out->xds.target = target;
     }
   }
+  if (out->xds.has_ads_config) xds_clusters.emplace(out->xds.cluster, "");
   for (const auto& [name, entry] : out->clusters) {
-    if (entry.info->http2 && name != out->xds.cluster) {
+    if (entry.info->http2 && !xds_clusters.count(name)) {
       b.Error(absl::StrCat("cluster '", name, "'"),
-              "HTTP/2 upstreams are not implemented yet (only the xDS cluster may set "
+              "HTTP/2 upstreams are not implemented yet (only xDS clusters may set "
               "http2_protocol_options)");
     }
   }
+
   // Every cluster a route names must exist (Envoy's validate_clusters for static routes), unless
   // clusters may also come from CDS.
   for (size_t i = 0; i < out->listeners.size() && !out->xds.cds; ++i) {

@@ -16,6 +16,7 @@
 #include "envoy/config/listener/v3/listener.pb.h"
 #include "source/common/log_file.h"
 #include "source/config/tls_config.h"
+#include "source/config/xds_source.h"
 #include "source/http/http_config.h"
 #include "source/network/address.h"
 #include "source/network/filter_chain_match.h"
@@ -71,6 +72,7 @@ struct FilterChainConfig {
   // Inline route_config, or the RDS route table once it has arrived (nullptr while warming).
   std::shared_ptr<const RouteTable> routes;
   std::string rds_name;           // non-empty: routes come from RDS under this name
+  XdsSource rds_source;           // where (rds.config_source)
   std::string route_config_path;  // field path of the HCM, for messages
   uint64_t initial_fetch_timeout_ms = 15000;
   std::shared_ptr<const ConnectionLimit> connection_limit;  // nullptr: no cap
@@ -134,14 +136,21 @@ struct ListenerConfig {
   }
 };
 
-// dynamic_resources: where the ADS stream goes and how it talks.
+// dynamic_resources: where the ADS stream goes and how it talks, and where each type comes from.
 struct XdsConfig {
-  bool enabled = false;         // an ADS stream runs (ads_config, and something that uses it)
+  // Type URL -> its source, for the types the bootstrap names (LDS and CDS from
+  // dynamic_resources; RDS and EDS from static listeners and clusters; SDS is ADS only).
+  std::map<std::string, XdsSource> sources;
+  // gRPC target of each cluster that carries xDS (ADS or a type's own stream).
+  std::map<std::string, std::string> grpc_targets;
+  bool enabled = false;  // an ADS stream runs (ads_config, and something that uses it)
+  // Anything comes over xDS or from watched files (ADS, a type's own stream, a file).
+  bool dynamic() const { return enabled || !sources.empty(); }
   bool has_ads_config = false;  // dynamic_resources.ads_config is set
   std::string cluster;          // static cluster named by ads_config.grpc_services[0].envoy_grpc
   bool delta = false;           // DELTA_GRPC / AGGREGATED_DELTA_GRPC
-  bool lds = false;             // lds_config is ADS
-  bool cds = false;             // cds_config is ADS
+  bool lds = false;             // listeners come from LDS (lds_config, any source)
+  bool cds = false;             // clusters come from CDS (cds_config, any source)
   uint64_t initial_fetch_timeout_ms = 15000;
   // gRPC's target for the stream: "ipv4:127.0.0.1:18000" for a STATIC cluster's first
   // endpoint, "dns:///xds.example.com:18000" for a STRICT_DNS one (gRPC resolves it, and again
@@ -231,6 +240,12 @@ struct BuildOptions {
   // Opens access log files; null: they are checked but not opened (--mode validate).
   LogFileManager* log_files = nullptr;
 };
+
+// Reads a ConfigSource (ads, api_config_source GRPC / DELTA_GRPC, path_config_source, path) into
+// `*out`; appends what is wrong to `errors` with `path` naming the field. An unset source leaves
+// `*out` unset.
+bool ParseConfigSource(const envoy::config::core::v3::ConfigSource& cs, const std::string& path,
+                       XdsSource* out, std::vector<std::string>* errors);
 
 // Builds `out` from `bootstrap`. Returns false after appending every problem to `errors`.
 bool BuildServerConfig(const envoy::config::bootstrap::v3::Bootstrap& bootstrap,

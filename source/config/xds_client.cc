@@ -19,6 +19,54 @@ using envoy::service::discovery::v3::DeltaDiscoveryResponse;
 using envoy::service::discovery::v3::DiscoveryRequest;
 using envoy::service::discovery::v3::DiscoveryResponse;
 
+// The stream for `service`: ADS (empty) or one type's own service, as Envoy opens for an
+// api_config_source that is not aggregated.
+std::unique_ptr<grpc::ClientReaderWriter<DiscoveryRequest, DiscoveryResponse>> OpenSotw(
+    const std::shared_ptr<grpc::Channel>& ch, const std::string& service,
+    grpc::ClientContext* ctx) {
+  if (service == kListenerType) {
+    return envoy::service::listener::v3::ListenerDiscoveryService::NewStub(ch)->StreamListeners(
+        ctx);
+  }
+  if (service == kClusterType) {
+    return envoy::service::cluster::v3::ClusterDiscoveryService::NewStub(ch)->StreamClusters(ctx);
+  }
+  if (service == kRouteType) {
+    return envoy::service::route::v3::RouteDiscoveryService::NewStub(ch)->StreamRoutes(ctx);
+  }
+  if (service == kEndpointType) {
+    return envoy::service::endpoint::v3::EndpointDiscoveryService::NewStub(ch)->StreamEndpoints(
+        ctx);
+  }
+  if (service == kSecretType) {
+    return envoy::service::secret::v3::SecretDiscoveryService::NewStub(ch)->StreamSecrets(ctx);
+  }
+  RPX_ASSERT(service.empty());
+  return AggregatedDiscoveryService::NewStub(ch)->StreamAggregatedResources(ctx);
+}
+
+std::unique_ptr<grpc::ClientReaderWriter<DeltaDiscoveryRequest, DeltaDiscoveryResponse>> OpenDelta(
+    const std::shared_ptr<grpc::Channel>& ch, const std::string& service,
+    grpc::ClientContext* ctx) {
+  if (service == kListenerType) {
+    return envoy::service::listener::v3::ListenerDiscoveryService::NewStub(ch)->DeltaListeners(ctx);
+  }
+  if (service == kClusterType) {
+    return envoy::service::cluster::v3::ClusterDiscoveryService::NewStub(ch)->DeltaClusters(ctx);
+  }
+  if (service == kRouteType) {
+    return envoy::service::route::v3::RouteDiscoveryService::NewStub(ch)->DeltaRoutes(ctx);
+  }
+  if (service == kEndpointType) {
+    return envoy::service::endpoint::v3::EndpointDiscoveryService::NewStub(ch)->DeltaEndpoints(ctx);
+  }
+  if (service == kSecretType) {
+    return envoy::service::secret::v3::SecretDiscoveryService::NewStub(ch)->DeltaSecrets(ctx);
+  }
+  RPX_ASSERT(service.empty());
+  return AggregatedDiscoveryService::NewStub(ch)->DeltaAggregatedResources(ctx);
+}
+
 int64_t MonotonicNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -114,7 +162,6 @@ void XdsClient::StreamLoop() {
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kBackoffMaxMs);
   auto channel =
       grpc::CreateCustomChannel(options_.target, grpc::InsecureChannelCredentials(), args);
-  auto stub = AggregatedDiscoveryService::NewStub(channel);
   std::mt19937_64 rng(std::random_device{}());
   uint64_t backoff = kBackoffBaseMs;
   uint64_t generation = 0;
@@ -127,9 +174,9 @@ void XdsClient::StreamLoop() {
       ++generation;
       stream_generation_ = generation;
       if (options_.delta) {
-        delta_ = stub->DeltaAggregatedResources(ctx.get());
+        delta_ = OpenDelta(channel, options_.service, ctx.get());
       } else {
-        sotw_ = stub->StreamAggregatedResources(ctx.get());
+        sotw_ = OpenSotw(channel, options_.service, ctx.get());
       }
     }
     main_.Post([this, generation] { OnConnected(generation); });

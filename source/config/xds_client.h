@@ -1,4 +1,5 @@
-// XdsClient: one ADS stream to a control plane, state of the world or delta, as Envoy speaks it.
+// XdsClient: one xDS stream to a control plane (ADS, or one type's own service), state of the
+// world or delta, as Envoy speaks it.
 //
 // Subscriptions, as Envoy makes them: Listener and Cluster are wildcard when Start() asks for
 // them; RouteConfiguration, ClusterLoadAssignment and Secret ask for exactly the names
@@ -32,7 +33,12 @@
 #include <thread>
 
 #include "envoy/config/core/v3/base.pb.h"
+#include "envoy/service/cluster/v3/cds.grpc.pb.h"
 #include "envoy/service/discovery/v3/ads.grpc.pb.h"
+#include "envoy/service/endpoint/v3/eds.grpc.pb.h"
+#include "envoy/service/listener/v3/lds.grpc.pb.h"
+#include "envoy/service/route/v3/rds.grpc.pb.h"
+#include "envoy/service/secret/v3/sds.grpc.pb.h"
 #include "google/protobuf/any.pb.h"
 #include "source/event/dispatcher.h"
 
@@ -65,6 +71,9 @@ class XdsApplier {
 struct XdsClientOptions {
   std::string target;  // gRPC target, e.g. "ipv4:127.0.0.1:18000"
   bool delta = false;
+  // Empty: the aggregated service (ADS), for every type. A type URL: that type's own service
+  // (ListenerDiscoveryService.StreamListeners, ...), for an api_config_source that is not ADS.
+  std::string service;
   envoy::config::core::v3::Node node;
 };
 

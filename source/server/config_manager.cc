@@ -88,7 +88,7 @@ ConfigManager::ConfigManager(Dispatcher& main, std::vector<std::unique_ptr<Worke
   for (const auto& [name, c] : static_clusters_) {
     if (c.info->eds) static_eds_waiting_.insert(name);
   }
-  if (config_.xds.enabled) {
+  if (config_.xds.dynamic()) {
     init_timer_ = main_.CreateTimer([this] {
       if (!initialized()) RPX_LOG(kWarn, "xDS: initial fetch timed out; serving what has arrived");
       init_timed_out_ = true;
@@ -163,7 +163,7 @@ bool ConfigManager::StartStatic(std::string* error) {
   return true;
 }
 
-void ConfigManager::AttachXds(XdsClient* xds) {
+void ConfigManager::AttachXds(XdsSources* xds) {
   xds_ = xds;
   RefreshSdsNames();
   RefreshEdsNames();
@@ -211,6 +211,17 @@ std::string ConfigManager::ApplyClusters(const XdsResourceMap& resources,
     if (e.info->http2) {
       errors.push_back(absl::StrCat(path, ": HTTP/2 upstreams are not implemented yet"));
       continue;
+    }
+    if (c.type() == envoy::config::cluster::v3::Cluster::EDS && xds_) {
+      // Its endpoints come from EDS: that source must be (or become) EDS's one source.
+      XdsSource src;
+      std::vector<std::string> parse_errors;  // reported by BuildCluster
+      ParseConfigSource(c.eds_cluster_config().eds_config(), "", &src, &parse_errors);
+      std::string error;
+      if (!xds_->Ensure(kEndpointType, src, &error)) {
+        errors.push_back(absl::StrCat(path, ".eds_cluster_config.eds_config: ", error));
+        continue;
+      }
     }
     if (dns) {
       std::vector<std::string> dns_errors;
@@ -587,6 +598,16 @@ std::string ConfigManager::ApplyListeners(const XdsResourceMap& resources,
       for (auto& m : build_errors) errors.push_back(m.substr(m.find(path)));
       continue;
     }
+    bool sources_ok = true;
+    for (const auto& chain : cfg->chains) {
+      std::string error;
+      if (!chain->rds_name.empty() && xds_ &&
+          !xds_->Ensure(kRouteType, chain->rds_source, &error)) {
+        errors.push_back(absl::StrCat(chain->route_config_path, ".rds.config_source: ", error));
+        sources_ok = false;
+      }
+    }
+    if (!sources_ok) continue;
     std::string addr = cfg->address.ToString();
     auto [pos, fresh] = addresses.emplace(addr, name);
     if (!fresh && cfg->address.port() != 0) {
@@ -933,7 +954,7 @@ void ConfigManager::RebuildListenerList() {
 }
 
 bool ConfigManager::initialized() const {
-  if (!config_.xds.enabled) return true;
+  if (!config_.xds.dynamic()) return true;
   if (init_timed_out_) return true;
   if (config_.xds.cds && !cds_applied_) return false;
   if (config_.xds.lds && !lds_applied_) return false;
@@ -1033,8 +1054,9 @@ std::vector<std::unique_ptr<google::protobuf::Message>> ConfigManager::ConfigDum
   };
   auto type_version = [this](const char* type) -> std::string {
     if (!xds_) return "";
-    auto it = xds_->status().find(type);
-    return it == xds_->status().end() ? "" : it->second.version;
+    auto status = xds_->status();
+    auto it = status.find(type);
+    return it == status.end() ? "" : it->second.version;
   };
   std::vector<std::unique_ptr<google::protobuf::Message>> out;
 

@@ -1,6 +1,6 @@
 // ConfigManager: the main thread's owner of the running configuration, static and dynamic. It
-// applies xDS updates (it is the XdsClient's applier) and publishes every change to the workers
-// as immutable snapshots.
+// applies xDS updates (the applier of every XdsSources stream and file) and publishes every change
+// to the workers as immutable snapshots.
 //
 // Rules it keeps:
 // - An update is validated completely before anything changes; a bad one is refused (NACK) and
@@ -23,6 +23,7 @@
 #include "envoy/config/bootstrap/v3/bootstrap.pb.h"
 #include "source/config/server_config.h"
 #include "source/config/xds_client.h"
+#include "source/config/xds_sources.h"
 #include "source/event/dispatcher.h"
 #include "source/network/listener.h"
 #include "source/server/worker.h"
@@ -41,7 +42,7 @@ class ConfigManager : public XdsApplier {
   // Connects the manager to its xDS client before the client starts, and gives the client the
   // route and endpoint names the static listeners and clusters already reference (so its first
   // requests ask for them).
-  void AttachXds(XdsClient* xds);
+  void AttachXds(XdsSources* xds);
   // Sockets handed over by the process this one replaces (hot restart): listeners bound to their
   // addresses use them instead of opening new ones.
   void set_inherited(InheritedSockets* inherited) { inherited_ = inherited; }
@@ -176,7 +177,7 @@ class ConfigManager : public XdsApplier {
   InheritedSockets* inherited_ = nullptr;
   int64_t start_unix_ms_ = 0;  // static resources' last_updated
   uint64_t drain_ms_;
-  XdsClient* xds_ = nullptr;
+  XdsSources* xds_ = nullptr;
   bool connected_ = false;
   ClusterMap static_clusters_;
   SecretMap static_secrets_;  // static_resources.secrets, for TLS contexts of dynamic resources

@@ -16,6 +16,7 @@
 #include "source/config/server_config.h"
 #include "source/config/supported_fields.h"
 #include "source/config/xds_client.h"
+#include "source/config/xds_sources.h"
 #include "source/config/yaml_loader.h"
 #include "source/network/listener.h"
 #include "source/server/admin.h"
@@ -152,11 +153,11 @@ int RunServer(const ServerOptions& options) {
   // RSS), and main() tells malloc to keep freed memory; give that one-time peak back.
   malloc_trim(0);
   std::unique_ptr<Admin> admin;
-  XdsClient* xds_client_ptr = nullptr;
+  XdsSources* xds_sources_ptr = nullptr;
   if (admin_fd >= 0) {
     admin = std::make_unique<Admin>(main_dispatcher, manager->current(), workers, quit);
     ConfigManager* m = manager.get();
-    XdsClient** xds_ref = &xds_client_ptr;
+    XdsSources** xds_ref = &xds_sources_ptr;
     admin->set_hooks(
         [m] { return m->initialized(); },
         [m](bool include_eds) { return m->ConfigDumps(include_eds); },
@@ -173,7 +174,7 @@ int RunServer(const ServerOptions& options) {
             (*out)["filesystem.reopen_failed"] += st.reopen_failed.load();
             (*out)["filesystem.write_total_buffered"] += st.write_total_buffered.load();
           }
-          XdsClient* x = *xds_ref;
+          XdsSources* x = *xds_ref;
           if (!x) return;
           (*out)["control_plane.connected"] = x->connected() ? 1 : 0;
           (*out)["control_plane.ignored_fields"] = m->ignored_fields();
@@ -204,19 +205,25 @@ int RunServer(const ServerOptions& options) {
     admin->Start(admin_fd);
   }
 
-  std::unique_ptr<XdsClient> xds;
-  if (config.xds.enabled) {
-    XdsClientOptions xo;
-    xo.target = config.xds.target;
-    xo.delta = config.xds.delta;
-    xo.node = bootstrap.node();
-    xo.node.set_user_agent_name("rpx");
-    xds = std::make_unique<XdsClient>(main_dispatcher, xo, *manager);
+  std::unique_ptr<XdsSources> xds;
+  if (config.xds.dynamic()) {
+    envoy::config::core::v3::Node node = bootstrap.node();
+    node.set_user_agent_name("rpx");
+    xds = std::make_unique<XdsSources>(main_dispatcher, config.xds, node, *manager);
     manager->AttachXds(xds.get());
-    xds_client_ptr = xds.get();
-    RPX_LOG(kInfo, "xDS: %s ADS to %s (cluster '%s')", xo.delta ? "delta" : "state-of-the-world",
-            xo.target, config.xds.cluster);
-    xds->Start(config.xds.lds, config.xds.cds);
+    xds_sources_ptr = xds.get();
+    if (config.xds.enabled) {
+      RPX_LOG(kInfo, "xDS: %s ADS to %s (cluster '%s')",
+              config.xds.delta ? "delta" : "state-of-the-world", config.xds.target,
+              config.xds.cluster);
+    }
+    RPX_LOG(kInfo, "xDS sources: %s", xds->Describe());
+    std::string error;
+    if (!xds->Start(&error)) {
+      fprintf(stderr, "error: %s\n", error.c_str());
+      exit_code = 1;
+      quit();
+    }
   }
 
   // DNS refresh for static STRICT_DNS clusters, on the main thread.

@@ -231,7 +231,7 @@ TEST(ServerConfigTest, UnsupportedFieldsAreErrorsNotIgnored) {
   std::vector<std::string> errors;
   EXPECT_FALSE(Build(rds_only, &c, &errors));
   ASSERT_EQ(errors.size(), 1u);
-  EXPECT_THAT(errors[0], HasSubstr("typed_config.rds.config_source: only ads: {} is supported"));
+  EXPECT_THAT(errors[0], HasSubstr("typed_config.rds.config_source: is required"));
   errors.clear();
   std::string rds_ads = rds_only;
   rds_ads.replace(rds_ads.find("rds: {route_config_name: r}"), 27,
@@ -503,7 +503,7 @@ static_resources:)";
                  "explicit_http_config: {http2_protocol_options: {}}");
   self = Replace(self, "route: {cluster: web}", "route: {cluster: xds}");
   EXPECT_THAT(OnlyError(with_rds(with_eds(self), "{ads: {}}")),
-              HasSubstr("cluster 'xds' is the xDS cluster, so its endpoints cannot come from "
+              HasSubstr("cluster 'xds' is an xDS cluster, so its endpoints cannot come from "
                         "EDS"));
 }
 

@@ -17,6 +17,7 @@
 //
 // Log lines (one event each; fields are key=value, lists are comma-separated):
 //   stream open node=<id> mode=sotw|delta            (on the stream's first request)
+//     ... service=LDS|CDS|RDS|EDS|SDS                (a type's own service, not ADS)
 //   push node=<id> type=LDS version=<v> nonce=<n> resources=<names>[ removed=<names>]
 //   ACK node=<id> type=LDS version=<v> nonce=<n>
 //   NACK node=<id> type=LDS version=<v> nonce=<n> error=<message>
@@ -118,7 +119,7 @@ class SotwSession {
   using Response = DiscoveryResponse;
   static constexpr const char* kMode = "sotw";
 
-  explicit SotwSession(const LogFn& log) : log_(log) {}
+  SotwSession(const LogFn& log, std::string service) : log_(log), service_(std::move(service)) {}
 
   const std::string& node_id() const { return node_id_; }
   bool opened() const { return opened_; }
@@ -128,7 +129,8 @@ class SotwSession {
     if (!opened_) {
       opened_ = true;
       node_id_ = OneLine(req.node().id());
-      log_(absl::StrCat("stream open node=", node_id_, " mode=", kMode));
+      log_(absl::StrCat("stream open node=", node_id_, " mode=", kMode,
+                        service_.empty() ? "" : " service=", service_));
     }
     ResourceType type;
     if (!ParseTypeUrl(req.type_url(), &type)) {
@@ -225,6 +227,7 @@ class SotwSession {
   }
 
   const LogFn& log_;
+  const std::string service_;  // a type's own service; empty: ADS
   bool opened_ = false;
   std::string node_id_;
   uint64_t nonce_counter_ = 0;
@@ -238,7 +241,7 @@ class DeltaSession {
   using Response = DeltaDiscoveryResponse;
   static constexpr const char* kMode = "delta";
 
-  explicit DeltaSession(const LogFn& log) : log_(log) {}
+  DeltaSession(const LogFn& log, std::string service) : log_(log), service_(std::move(service)) {}
 
   const std::string& node_id() const { return node_id_; }
   bool opened() const { return opened_; }
@@ -248,7 +251,8 @@ class DeltaSession {
     if (!opened_) {
       opened_ = true;
       node_id_ = OneLine(req.node().id());
-      log_(absl::StrCat("stream open node=", node_id_, " mode=", kMode));
+      log_(absl::StrCat("stream open node=", node_id_, " mode=", kMode,
+                        service_.empty() ? "" : " service=", service_));
     }
     ResourceType type;
     if (!ParseTypeUrl(req.type_url(), &type)) {
@@ -369,6 +373,7 @@ class DeltaSession {
   }
 
   const LogFn& log_;
+  const std::string service_;  // a type's own service; empty: ADS
   bool opened_ = false;
   std::string node_id_;
   uint64_t nonce_counter_ = 0;
@@ -421,7 +426,8 @@ std::shared_ptr<const Snapshot> AdsService::snapshot() const {
 
 template <typename Session, typename Request, typename Response>
 grpc::Status AdsService::RunStream(grpc::ServerContext* context,
-                                   grpc::ServerReaderWriter<Response, Request>* stream) {
+                                   grpc::ServerReaderWriter<Response, Request>* stream,
+                                   const std::string& service) {
   StreamSignals signals;
   if (!Register(&signals)) {
     return grpc::Status(grpc::StatusCode::UNAVAILABLE, "xds_server is shutting down");
@@ -440,7 +446,7 @@ grpc::Status AdsService::RunStream(grpc::ServerContext* context,
     signals.cv.notify_one();
   });
 
-  Session session(log_);
+  Session session(log_, service);
   bool reader_done = false;
   while (true) {
     std::deque<Request> requests;
@@ -484,20 +490,81 @@ grpc::Status AdsService::RunStream(grpc::ServerContext* context,
 grpc::Status AdsService::StreamAggregatedResources(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<DiscoveryResponse, DiscoveryRequest>* stream) {
-  return RunStream<SotwSession>(context, stream);
+  return RunStream<SotwSession>(context, stream, "");
 }
 
 grpc::Status AdsService::DeltaAggregatedResources(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<DeltaDiscoveryResponse, DeltaDiscoveryRequest>* stream) {
-  return RunStream<DeltaSession>(context, stream);
+  return RunStream<DeltaSession>(context, stream, "");
 }
+
+grpc::Status AdsService::Sotw(grpc::ServerContext* context,
+                              grpc::ServerReaderWriter<DiscoveryResponse, DiscoveryRequest>* stream,
+                              const std::string& service) {
+  return RunStream<SotwSession>(context, stream, service);
+}
+
+grpc::Status AdsService::Delta(
+    grpc::ServerContext* context,
+    grpc::ServerReaderWriter<DeltaDiscoveryResponse, DeltaDiscoveryRequest>* stream,
+    const std::string& service) {
+  return RunStream<DeltaSession>(context, stream, service);
+}
+
+namespace {
+
+// Each type's own service (Envoy's api_config_source without ADS), served by the same sessions:
+// every request names its type_url. `Name` is the service as the stream-open line shows it.
+#define RPX_TYPE_SERVICE(Class, Base, Stream, DeltaM, Name)                                    \
+  class Class final : public Base::Service {                                                   \
+   public:                                                                                     \
+    explicit Class(AdsService* ads) : ads_(ads) {}                                             \
+    grpc::Status Stream(                                                                       \
+        grpc::ServerContext* c,                                                                \
+        grpc::ServerReaderWriter<DiscoveryResponse, DiscoveryRequest>* s) override {           \
+      return ads_->Sotw(c, s, Name);                                                           \
+    }                                                                                          \
+    grpc::Status DeltaM(                                                                       \
+        grpc::ServerContext* c,                                                                \
+        grpc::ServerReaderWriter<DeltaDiscoveryResponse, DeltaDiscoveryRequest>* s) override { \
+      return ads_->Delta(c, s, Name);                                                          \
+    }                                                                                          \
+                                                                                               \
+   private:                                                                                    \
+    AdsService* ads_;                                                                          \
+  };
+
+RPX_TYPE_SERVICE(LdsService, envoy::service::listener::v3::ListenerDiscoveryService,
+                 StreamListeners, DeltaListeners, "LDS")
+RPX_TYPE_SERVICE(CdsService, envoy::service::cluster::v3::ClusterDiscoveryService, StreamClusters,
+                 DeltaClusters, "CDS")
+RPX_TYPE_SERVICE(RdsService, envoy::service::route::v3::RouteDiscoveryService, StreamRoutes,
+                 DeltaRoutes, "RDS")
+RPX_TYPE_SERVICE(EdsService, envoy::service::endpoint::v3::EndpointDiscoveryService,
+                 StreamEndpoints, DeltaEndpoints, "EDS")
+RPX_TYPE_SERVICE(SdsService, envoy::service::secret::v3::SecretDiscoveryService, StreamSecrets,
+                 DeltaSecrets, "SDS")
+#undef RPX_TYPE_SERVICE
+
+std::vector<std::unique_ptr<grpc::Service>> TypeServices(AdsService* ads) {
+  std::vector<std::unique_ptr<grpc::Service>> out;
+  out.push_back(std::make_unique<LdsService>(ads));
+  out.push_back(std::make_unique<CdsService>(ads));
+  out.push_back(std::make_unique<RdsService>(ads));
+  out.push_back(std::make_unique<EdsService>(ads));
+  out.push_back(std::make_unique<SdsService>(ads));
+  return out;
+}
+
+}  // namespace
 
 XdsServer::XdsServer(XdsServerOptions options, LogFn log)
     : options_(std::move(options)),
       log_(std::move(log)),
       source_(options_.dir, log_),
       service_(log_),
+      type_services_(TypeServices(&service_)),
       poller_(&source_, options_.poll_interval,
               [this](std::shared_ptr<const Snapshot> s) { service_.SetSnapshot(std::move(s)); }) {}
 
@@ -516,6 +583,7 @@ bool XdsServer::Start(std::string* error) {
   builder.AddListeningPort(absl::StrCat(host, ":", options_.port),
                            grpc::InsecureServerCredentials(), &port_);
   builder.RegisterService(&service_);
+  for (auto& s : type_services_) builder.RegisterService(s.get());
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port_ == 0) {
     *error = absl::StrCat("cannot listen on ", host, ":", options_.port);

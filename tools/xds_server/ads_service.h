@@ -13,8 +13,14 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <vector>
 
+#include "envoy/service/cluster/v3/cds.grpc.pb.h"
 #include "envoy/service/discovery/v3/ads.grpc.pb.h"
+#include "envoy/service/endpoint/v3/eds.grpc.pb.h"
+#include "envoy/service/listener/v3/lds.grpc.pb.h"
+#include "envoy/service/route/v3/rds.grpc.pb.h"
+#include "envoy/service/secret/v3/sds.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "tools/xds_server/snapshot.h"
 
@@ -45,13 +51,27 @@ class AdsService final : public envoy::service::discovery::v3::AggregatedDiscove
                                envoy::service::discovery::v3::DeltaDiscoveryRequest>* stream)
       override;
 
+  // A stream of one type's own service (LDS, CDS, ... without ADS): `service` names it in the
+  // stream-open line.
+  grpc::Status Sotw(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<envoy::service::discovery::v3::DiscoveryResponse,
+                               envoy::service::discovery::v3::DiscoveryRequest>* stream,
+      const std::string& service);
+  grpc::Status Delta(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<envoy::service::discovery::v3::DeltaDiscoveryResponse,
+                               envoy::service::discovery::v3::DeltaDiscoveryRequest>* stream,
+      const std::string& service);
+
   // Wake-up flags of one open stream; defined in the .cc.
   struct StreamSignals;
 
  private:
   template <typename Session, typename Request, typename Response>
   grpc::Status RunStream(grpc::ServerContext* context,
-                         grpc::ServerReaderWriter<Response, Request>* stream);
+                         grpc::ServerReaderWriter<Response, Request>* stream,
+                         const std::string& service);
   bool Register(StreamSignals* signals);
   void Unregister(StreamSignals* signals);
   std::shared_ptr<const Snapshot> snapshot() const;
@@ -91,6 +111,7 @@ class XdsServer {
   LogFn log_;
   SnapshotSource source_;
   AdsService service_;
+  std::vector<std::unique_ptr<grpc::Service>> type_services_;  // LDS, CDS, RDS, EDS, SDS
   DirectoryPoller poller_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
