@@ -15,6 +15,7 @@
 #include "absl/strings/str_replace.h"
 #include "envoy/config/cluster/v3/cluster.pb.h"
 #include "envoy/config/listener/v3/listener.pb.h"
+#include "envoy/extensions/access_loggers/file/v3/file.pb.h"
 #include "envoy/extensions/filters/http/router/v3/router.pb.h"
 #include "envoy/extensions/filters/network/connection_limit/v3/connection_limit.pb.h"
 #include "envoy/extensions/filters/network/http_connection_manager/v3/http_connection_manager.pb.h"
@@ -1238,8 +1239,22 @@ bool BuildServerConfig(const envoy::config::bootstrap::v3::Bootstrap& bootstrap,
   out->node_cluster = bootstrap.node().cluster();
   if (bootstrap.has_admin()) {
     const auto& admin = bootstrap.admin();
+    google::protobuf::RepeatedPtrField<envoy::config::accesslog::v3::AccessLog> logs =
+        admin.access_log();
     if (!admin.access_log_path().empty() && admin.access_log_path() != "/dev/null") {
-      b.Error("admin.access_log_path", "admin access logs are not implemented; use /dev/null");
+      // The deprecated form: a file with Envoy's default format.
+      envoy::extensions::access_loggers::file::v3::FileAccessLog file;
+      file.set_path(admin.access_log_path());
+      auto* l = logs.Add();
+      l->set_name("envoy.access_loggers.file");
+      l->mutable_typed_config()->PackFrom(file);
+    }
+    if (!logs.empty()) {
+      auto http = std::make_shared<HttpConfig>();
+      std::vector<std::string> log_errors;
+      BuildAccessLogs(logs, "admin", options.log_files, http.get(), &log_errors);
+      for (const auto& e : log_errors) errors->push_back(absl::StrCat(options.source, ": ", e));
+      out->admin_logging = std::move(http);
     }
     if (admin.has_address()) {
       SocketAddress a;

@@ -227,6 +227,9 @@ struct ServerConfig {
   ClusterMap clusters;
   std::vector<DnsCluster> dns_clusters;
   std::optional<SocketAddress> admin_address;
+  // admin.access_log (and the deprecated access_log_path): the loggers and what they need
+  // recorded, in an HttpConfig the admin's own takes them from (null: none).
+  std::shared_ptr<HttpConfig> admin_logging;
   XdsConfig xds;
   RuntimeConfig runtime;
 };

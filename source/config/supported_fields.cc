@@ -137,6 +137,7 @@ const std::set<std::string>& Supported() {
       "envoy.config.bootstrap.v3.Bootstrap.StaticResources.clusters",
       "envoy.config.bootstrap.v3.Admin.address",
       "envoy.config.bootstrap.v3.Admin.access_log_path",
+      "envoy.config.bootstrap.v3.Admin.access_log",
       // core
       "envoy.config.core.v3.Node.id",
       "envoy.config.core.v3.Node.cluster",

@@ -61,11 +61,16 @@ std::string Join(const std::string& path, const std::string& name) {
 
 const char* NodeKind(const YAML::Node& n) {
   switch (n.Type()) {
-    case YAML::NodeType::Map: return "a map";
-    case YAML::NodeType::Sequence: return "a list";
-    case YAML::NodeType::Scalar: return "a scalar";
-    case YAML::NodeType::Null: return "null";
-    default: return "nothing";
+    case YAML::NodeType::Map:
+      return "a map";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Scalar:
+      return "a scalar";
+    case YAML::NodeType::Null:
+      return "null";
+    default:
+      return "nothing";
   }
 }
 
@@ -257,7 +262,19 @@ void Loader::SetField(const YAML::Node& node, Message* msg, const FieldDescripto
   }
   if (f->is_repeated()) {
     if (!node.IsSequence()) {
-      Error(node, path, absl::StrCat("expected a list, got ", NodeKind(node)));
+      // One value where a list belongs is a list of one, as Envoy's loader (protobuf's JSON
+      // parser) takes it: Envoy's own dynamic-config-fs example writes `filters:` so.
+      if (node.IsNull()) return;
+      std::string ipath = absl::StrCat(path, "[0]");
+      if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+        if (!node.IsMap()) {
+          Error(node, path, absl::StrCat("expected a list, got ", NodeKind(node)));
+          return;
+        }
+        LoadMessage(node, r->AddMessage(msg, f), ipath);
+      } else {
+        SetScalar(node, msg, f, ipath, true);
+      }
       return;
     }
     for (size_t i = 0; i < node.size(); ++i) {

@@ -54,6 +54,15 @@ Admin::Admin(Dispatcher& dispatcher, const ServerConfig& config, uint32_t concur
   http_config_->stat_prefix = "admin";
   http_config_->stats_slots = 1;
   http_config_->stats.reset(new HttpStats[1]);
+  if (config.admin_logging) {
+    // admin.access_log: written from the main thread, in its own slot of each file.
+    const HttpConfig& l = *config.admin_logging;
+    http_config_->access_logs = l.access_logs;
+    http_config_->record_start_time = l.record_start_time;
+    http_config_->record_durations = l.record_durations;
+    http_config_->record_response_headers = l.record_response_headers;
+    http_config_->record_upstream_local_address = l.record_upstream_local_address;
+  }
 }
 
 Admin::~Admin() {

@@ -64,7 +64,8 @@ int RunServer(const ServerOptions& options) {
   envoy::config::bootstrap::v3::Bootstrap bootstrap;
   ServerConfig config;
   // Access log files outlive every configuration that writes to them (and the workers).
-  LogFileManager log_files(workers);
+  // One slot per worker, and the last for the main thread (the admin's access logs).
+  LogFileManager log_files(workers + 1);
   if (!LoadConfig(options, workers, !options.validate_only,
                   options.validate_only ? nullptr : &log_files, &bootstrap, &config)) {
     return 1;
@@ -84,6 +85,7 @@ int RunServer(const ServerOptions& options) {
   signal(SIGPIPE, SIG_IGN);
 
   Dispatcher main_dispatcher("main");
+  main_dispatcher.set_worker_index(workers);  // its slot in the access log files
   int exit_code = 0;
   bool stopping = false;
   auto quit = [&] {
@@ -226,6 +228,17 @@ int RunServer(const ServerOptions& options) {
     }
   }
 
+  // The main thread's access log lines (admin requests) reach the files within a second, as the
+  // workers' do.
+  std::unique_ptr<Timer> log_flush_timer;
+  if (config.admin_logging) {
+    log_flush_timer = main_dispatcher.CreateTimer([&] {
+      for (const auto& f : log_files.Files()) f->FlushWorker(workers);
+      log_flush_timer->Enable(1000);
+    });
+    log_flush_timer->Enable(1000);
+  }
+
   // DNS refresh for static STRICT_DNS clusters, on the main thread.
   std::vector<std::unique_ptr<Timer>> dns_timers;
   for (size_t i = 0; i < config.dns_clusters.size(); ++i) {
@@ -339,6 +352,7 @@ int RunServer(const ServerOptions& options) {
   main_dispatcher.Run();
 
   takeover_timer.reset();
+  log_flush_timer.reset();
   if (xds) xds->Stop();
   stop_workers();
   log_files.Stop();  // what the workers buffered last

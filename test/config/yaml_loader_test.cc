@@ -80,15 +80,35 @@ TEST(YamlLoaderTest, TypeMismatches) {
   std::vector<std::string> errors;
   EXPECT_FALSE(LoadYamlIntoMessage(R"(
 static_resources:
-  clusters: {name: x}
+  clusters: x
   listeners:
   - name: l
     per_connection_buffer_limit_bytes: -5
 )",
                                    "t.yaml", &b, &errors));
   ASSERT_EQ(errors.size(), 2u);
-  EXPECT_THAT(errors[0], HasSubstr("static_resources.clusters: expected a list"));
+  EXPECT_THAT(errors[0], HasSubstr("static_resources.clusters: expected a list, got a scalar"));
   EXPECT_THAT(errors[1], HasSubstr("per_connection_buffer_limit_bytes: expected a non-negative"));
+}
+
+// As Envoy's loader (protobuf's JSON parser): one value where a list belongs is a list of one.
+// Envoy's dynamic-config-fs example writes a listener's `filters:` this way.
+TEST(YamlLoaderTest, OneValueForAListIsAListOfOne) {
+  Bootstrap b;
+  std::vector<std::string> errors;
+  ASSERT_TRUE(LoadYamlIntoMessage(R"(
+static_resources:
+  clusters: {name: x}
+  listeners:
+  - name: l
+    filter_chains:
+    - filters: {name: envoy.filters.network.http_connection_manager}
+)",
+                                  "t.yaml", &b, &errors))
+      << ::testing::PrintToString(errors);
+  ASSERT_EQ(b.static_resources().clusters_size(), 1);
+  EXPECT_EQ(b.static_resources().clusters(0).name(), "x");
+  ASSERT_EQ(b.static_resources().listeners(0).filter_chains(0).filters_size(), 1);
 }
 
 TEST(YamlLoaderTest, OneofConflictIsAnError) {

@@ -297,6 +297,30 @@ class AccessLogTest(IntegrationTestCase):
         expected = {"/t%d/%d 200" % (t, i) for t in range(threads_n) for i in range(per_thread)}
         self.assertEqual(set(lines), expected)  # every line whole, none twice
 
+    def test_admin_access_log(self):
+        # admin.access_log (as Envoy's examples write it) and the deprecated access_log_path.
+        self.up = self.start_echo("up")
+        self.port = free_port()
+        log = os.path.join(self.dir, "admin.log")
+        old_style = os.path.join(self.dir, "admin-path.log")
+        cfg = bootstrap([http_listener("l", self.port, [virtual_host("vh", ["*"], [
+            route("/", "up")])])], [cluster("up", self.up.port)])
+        cfg["admin"]["access_log"] = [file_log(log, {"text_format_source": {
+            "inline_string": "%REQ(:METHOD)% %REQ(:PATH)% %RESPONSE_CODE%\n"}})]
+        cfg["admin"]["access_log_path"] = old_style
+        self.proxy = self.start_rpx(cfg)
+        self.assertEqual(self.proxy.admin("GET", "/server_info")[0], 200)
+        self.assertEqual(self.proxy.admin("GET", "/nope")[0], 404)
+        self.assertEqual(curl("http://127.0.0.1:%d/" % self.port).status, 200)  # not admin
+        self.flush()
+        lines = read_lines(log)
+        self.assertIn("GET /server_info 200", lines)
+        self.assertIn("GET /nope 404", lines)
+        self.assertFalse(any(line.startswith("GET / ") for line in lines), lines)
+        # Envoy's default format in the deprecated form.
+        self.assertTrue(any('"GET /server_info HTTP/1.1" 200' in line
+                            for line in read_lines(old_style)), read_lines(old_style))
+
     def test_a_1gib_log_does_not_grow_memory(self):
         log = os.path.join(self.dir, "big.log")
         r = route("/", direct_response=(200, "ok"))
