@@ -401,6 +401,7 @@ void Builder::BuildCluster(const Cluster& c, const std::string& path, ServerConf
   auto hosts = std::make_shared<HostSet>();
   DnsCluster dns_cluster;
   dns_cluster.cluster = c.name();
+  dns_cluster.stats_slots = options_.stats_slots;
   dns_cluster.logical = logical_dns;
   switch (c.dns_lookup_family()) {
     case Cluster::V4_ONLY:
@@ -489,6 +490,7 @@ void Builder::BuildHosts(const envoy::config::endpoint::v3::ClusterLoadAssignmen
       h->address = a;
       h->hostname = lbe.endpoint().hostname();
       h->weight = weight;
+      h->AllocateStats(options_.stats_slots);
       auto md = lbe.metadata().filter_metadata().find("envoy.transport_socket_match");
       if (md != lbe.metadata().filter_metadata().end()) {
         for (const auto& [key, value] : md->second.fields()) {
@@ -1015,8 +1017,9 @@ bool BuildCluster(const Cluster& c, const std::string& path, const BuildOptions&
 
 std::shared_ptr<const HostSet> BuildHostSet(
     const envoy::config::endpoint::v3::ClusterLoadAssignment& cla, const std::string& path,
-    std::vector<std::string>* errors) {
+    uint32_t stats_slots, std::vector<std::string>* errors) {
   BuildOptions options;
+  options.stats_slots = stats_slots;
   Builder b(options, errors);
   size_t before = errors->size();
   auto hosts = std::make_shared<HostSet>();
@@ -1056,6 +1059,7 @@ std::shared_ptr<const HostSet> ResolveDnsCluster(const DnsCluster& dns,
       h->address = a;
       h->hostname = t.hostname;
       h->weight = t.weight;
+      h->AllocateStats(dns.stats_slots);
       hosts->push_back(std::move(h));
     }
   }

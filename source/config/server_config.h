@@ -212,6 +212,7 @@ struct DnsCluster {
   };
   std::string cluster;
   std::vector<Target> targets;
+  uint32_t stats_slots = 1;  // per-worker host stats blocks (the number of workers)
   // LOGICAL_DNS: one host, the first address of the answer (Envoy's logical host).
   bool logical = false;
   // dns_lookup_family: V4_ONLY and V6_ONLY filter; V4_PREFERRED / AUTO order the answer (IPv4 /
@@ -273,7 +274,7 @@ bool BuildCluster(const envoy::config::cluster::v3::Cluster& c, const std::strin
                   std::vector<std::string>* errors);
 std::shared_ptr<const HostSet> BuildHostSet(
     const envoy::config::endpoint::v3::ClusterLoadAssignment& cla, const std::string& path,
-    std::vector<std::string>* errors);
+    uint32_t stats_slots, std::vector<std::string>* errors);
 
 // Resolves a STRICT_DNS cluster's targets into hosts (blocking; main thread).
 std::shared_ptr<const HostSet> ResolveDnsCluster(const DnsCluster& dns,

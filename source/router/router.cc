@@ -290,6 +290,7 @@ void RouterStream::StartRouteTimer() {
 void RouterStream::OnRouteTimeout() {
   if (done_) return;
   cluster_->stats().upstream_rq_timeout.Inc();
+  if (client_) client_->host_stats().rq_timeout.Inc();
   StreamInfo& info = encoder_.stream_info();
   info.response_flags |= kUpstreamRequestTimeout;
   if (encoder_.response_started()) {
@@ -384,6 +385,10 @@ void RouterStream::OnResponseHeaders(ResponseHead& head, bool end_stream) {
   } else {
     cs.upstream_rq_5xx.Inc();
   }
+  if (client_) {
+    HostStats& hs = client_->host_stats();
+    (s >= 500 ? hs.rq_error : hs.rq_success).Inc();
+  }
   std::string upgrade;
   if (s == 101) {
     // Only reached for an upgrade rpx asked for (the upstream client refuses any other 101).
@@ -418,6 +423,8 @@ void RouterStream::OnResponseData(const char* data, size_t len, bool end_stream)
 }
 
 void RouterStream::OnUpstreamReset(UpstreamResetReason reason, const std::string& detail) {
+  // The client is still alive here (it is what reports the reset); a reset is the host's error.
+  if (client_ && !done_) client_->host_stats().rq_error.Inc();
   client_ = nullptr;
   if (done_) return;
   StreamInfo& info = encoder_.stream_info();

@@ -306,9 +306,32 @@ std::string Admin::Listeners(bool json, std::string* content_type) const {
 }
 
 std::string Admin::Clusters(bool json, std::string* content_type) const {
-  // Envoy's shape, with what rpx knows: circuit breaker limits, and per host its address,
-  // hostname, weight and health (hosts EDS marks unhealthy are not in the set at all). rpx keeps
-  // no per-host request counters, so the per-host "stats" Envoy lists are left out.
+  // Envoy's shape, with what rpx knows: circuit breaker limits, and per host its counters
+  // (summed over the workers), address, hostname, weight and health (hosts EDS marks unhealthy
+  // are not in the set at all).
+  struct Sum {
+    uint64_t cx_total = 0, cx_connect_fail = 0, rq_total = 0, rq_success = 0, rq_error = 0,
+             rq_timeout = 0;
+    int64_t cx_active = 0, rq_active = 0;
+  };
+  auto sum = [](const Host& h) {
+    Sum s;
+    for (uint32_t w = 0; w < h.stats_slots; ++w) {
+      const HostStats& st = h.stats[w];
+      s.cx_total += st.cx_total.Value();
+      s.cx_connect_fail += st.cx_connect_fail.Value();
+      s.rq_total += st.rq_total.Value();
+      s.rq_success += st.rq_success.Value();
+      s.rq_error += st.rq_error.Value();
+      s.rq_timeout += st.rq_timeout.Value();
+      s.cx_active += st.cx_active.Value();
+      s.rq_active += st.rq_active.Value();
+    }
+    // Counted on different workers, a gauge's blocks may briefly not add up.
+    s.cx_active = std::max<int64_t>(s.cx_active, 0);
+    s.rq_active = std::max<int64_t>(s.rq_active, 0);
+    return s;
+  };
   std::vector<std::string> names;
   for (const auto& [name, entry] : config_.clusters) names.push_back(name);
   std::sort(names.begin(), names.end());
@@ -330,6 +353,13 @@ std::string Admin::Clusters(bool json, std::string* content_type) const {
       if (entry.hosts) {
         for (const auto& h : *entry.hosts) {
           std::string hp = absl::StrCat(p, h->address.ToString(), "::");
+          Sum st = sum(*h);
+          absl::StrAppend(&out, hp, "cx_active::", st.cx_active, "\n", hp,
+                          "cx_connect_fail::", st.cx_connect_fail, "\n", hp,
+                          "cx_total::", st.cx_total, "\n", hp, "rq_active::", st.rq_active, "\n",
+                          hp, "rq_error::", st.rq_error, "\n");
+          absl::StrAppend(&out, hp, "rq_success::", st.rq_success, "\n", hp,
+                          "rq_timeout::", st.rq_timeout, "\n", hp, "rq_total::", st.rq_total, "\n");
           absl::StrAppend(&out, hp, "hostname::", h->hostname, "\n");
           absl::StrAppend(&out, hp, "health_flags::healthy\n");
           absl::StrAppend(&out, hp, "weight::", h->weight, "\n");
@@ -348,8 +378,22 @@ std::string Admin::Clusters(bool json, std::string* content_type) const {
     bool first_host = true;
     if (entry.hosts) {
       for (const auto& h : *entry.hosts) {
+        Sum st = sum(*h);
+        // Envoy's SimpleMetric: uint64 values as JSON strings; COUNTER is the default type.
+        auto counter = [](const char* name, uint64_t v) {
+          return absl::StrCat("{\"name\":\"", name, "\",\"value\":\"", v, "\"}");
+        };
+        auto gauge = [](const char* name, int64_t v) {
+          return absl::StrCat("{\"type\":\"GAUGE\",\"name\":\"", name, "\",\"value\":\"", v, "\"}");
+        };
+        std::string stats = absl::StrCat(
+            "[", counter("cx_connect_fail", st.cx_connect_fail), ",",
+            counter("cx_total", st.cx_total), ",", counter("rq_error", st.rq_error), ",",
+            counter("rq_success", st.rq_success), ",", counter("rq_timeout", st.rq_timeout), ",",
+            counter("rq_total", st.rq_total), ",", gauge("cx_active", st.cx_active), ",",
+            gauge("rq_active", st.rq_active), "]");
         absl::StrAppend(&out, first_host ? "" : ",", "{\"address\":", SocketAddressJson(h->address),
-                        ",\"hostname\":", JsonQuote(h->hostname),
+                        ",\"stats\":", stats, ",\"hostname\":", JsonQuote(h->hostname),
                         ",\"health_status\":{\"eds_health_status\":\"HEALTHY\"},\"weight\":",
                         h->weight, ",\"priority\":0}");
         first_host = false;

@@ -308,11 +308,12 @@ std::string ConfigManager::ApplyEndpoints(const XdsResourceMap& resources,
     CheckDynamicFields(e.proto, "", path, &errors, &ignored);
     if (errors.size() != before) continue;
     std::vector<std::string> build_errors;
-    e.hosts = BuildHostSet(e.proto, path, &build_errors);
+    e.hosts = BuildHostSet(e.proto, path, concurrency_, &build_errors);
     if (!e.hosts) {
       for (auto& m : build_errors) errors.push_back(m.substr(m.find(path)));
       continue;
     }
+    CarryHostStats(old != endpoints_.end() ? old->second.hosts.get() : nullptr, *e.hosts);
     e.bytes = res.resource.value();
     e.version = version;
     e.updated_ms = WallMs();
@@ -532,6 +533,7 @@ void ConfigManager::UpdateStaticHosts(const std::string& cluster,
     changed = !(old[i]->address == (*hosts)[i]->address);
   }
   if (!changed) return;
+  CarryHostStats(&old, *hosts);
   RPX_LOG(kInfo, "cluster '%s': %zu hosts after DNS refresh", cluster, hosts->size());
   it->second.hosts = std::move(hosts);
   PublishClusters();

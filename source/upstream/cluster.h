@@ -22,6 +22,13 @@
 
 namespace rpx {
 
+// One worker's counters for one host (Envoy's per-host stats in /clusters). Each worker writes
+// only its own block (no lock, no shared cache line); the admin sums them.
+struct alignas(64) HostStats {
+  Counter cx_total, cx_connect_fail, rq_total, rq_success, rq_error, rq_timeout;
+  Gauge cx_active, rq_active;
+};
+
 struct Host {
   SocketAddress address;
   std::string hostname;  // what auto_host_rewrite sends as Host (the DNS name, or empty)
@@ -29,8 +36,37 @@ struct Host {
   // The endpoint's metadata under "envoy.transport_socket_match": key -> the value's
   // serialized google.protobuf.Value (compared as bytes).
   std::map<std::string, std::string> transport_socket_match;
+  // One block per worker (AllocateStats), so an immutable, shared Host still counts. Shared with
+  // the host's previous form when an update keeps the endpoint (CarryHostStats): a pool that
+  // stays keeps counting where /clusters reads. Main thread sets it before the set is published.
+  mutable std::shared_ptr<HostStats[]> stats;
+  mutable uint32_t stats_slots = 0;
+
+  void AllocateStats(uint32_t slots) {
+    stats.reset(new HostStats[slots]);
+    stats_slots = slots;
+  }
+  // Worker `worker`'s block, or null for a host built without stats (tests).
+  HostStats* StatsFor(uint32_t worker) const {
+    return worker < stats_slots ? &stats[worker] : nullptr;
+  }
 };
 using HostSet = std::vector<std::shared_ptr<const Host>>;
+
+// Endpoints of `next` that `prev` had too (same address and transport metadata, as a worker's
+// pool is kept) go on counting in the same stats blocks. Main thread, before `next` is published.
+inline void CarryHostStats(const HostSet* prev, const HostSet& next) {
+  if (!prev) return;
+  for (const auto& h : next) {
+    for (const auto& p : *prev) {
+      if (p->address == h->address && p->transport_socket_match == h->transport_socket_match &&
+          p->stats && p->stats_slots == h->stats_slots) {
+        h->stats = p->stats;
+        break;
+      }
+    }
+  }
+}
 
 // Envoy's circuit breakers (default priority), counted across all workers.
 class ClusterResources {

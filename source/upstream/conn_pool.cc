@@ -394,6 +394,8 @@ ConnPool::ConnPool(Dispatcher& dispatcher, std::shared_ptr<const ClusterInfo> cl
       stats_(stats),
       transport_(cluster_->TransportFor(*host_)),
       sni_(transport_.sni) {
+  host_stats_ = host_->StatsFor(dispatcher_.worker_index());
+  if (!host_stats_) host_stats_ = &own_host_stats_;
   if (auto_sni) {
     // An IP address is never sent as SNI (RFC 6066), but the certificate may still be checked
     // against it.
@@ -411,6 +413,7 @@ ConnPool::ConnPool(Dispatcher& dispatcher, std::shared_ptr<const ClusterInfo> cl
       cluster_->resources->ReleasePending();
       stats_.upstream_rq_pending_active.Dec();
       stats_.upstream_cx_connect_fail.Inc();
+      host_stats_->cx_connect_fail.Inc();
       p->callbacks.OnPoolFailure(PoolFailure::kConnectFailure, deferred_error_.empty()
                                                                    ? "cannot open a socket"
                                                                    : deferred_error_);
@@ -448,6 +451,8 @@ ConnPool::Pending* ConnPool::NewStream(PoolCallbacks& callbacks) {
     c->state_ = UpstreamClient::State::kBusy;
     stats_.upstream_rq_total.Inc();
     stats_.upstream_rq_active.Inc();
+    host_stats_->rq_total.Inc();
+    host_stats_->rq_active.Inc();
     callbacks.OnPoolReady(*c);
     return nullptr;
   }
@@ -530,6 +535,8 @@ bool ConnPool::TryCreateConnection() {
   c->timer_->Enable(cluster_->connect_timeout_ms);
   stats_.upstream_cx_total.Inc();
   stats_.upstream_cx_active.Inc();
+  host_stats_->cx_total.Inc();
+  host_stats_->cx_active.Inc();
   return true;
 }
 
@@ -541,6 +548,7 @@ void ConnPool::SetStarved(bool starved) {
 
 void ConnPool::CxClosed(UpstreamClient* c) {
   stats_.upstream_cx_active.Dec();
+  host_stats_->cx_active.Dec();
   stats_.upstream_cx_length_ms.Record(dispatcher_.NowMs() - c->created_ms_);
 }
 
@@ -565,6 +573,8 @@ void ConnPool::Attach(UpstreamClient* c, std::list<UpstreamClient*>& from) {
   busy_.splice(busy_.begin(), from, c->pos_);
   stats_.upstream_rq_total.Inc();
   stats_.upstream_rq_active.Inc();
+  host_stats_->rq_total.Inc();
+  host_stats_->rq_active.Inc();
   p->callbacks.OnPoolReady(*c);
 }
 
@@ -581,6 +591,7 @@ void ConnPool::OnConnectFailed(UpstreamClient* c, PoolFailure reason, const std:
     stats_.upstream_cx_connect_timeout.Inc();
   }
   stats_.upstream_cx_connect_fail.Inc();
+  host_stats_->cx_connect_fail.Inc();
   dispatcher_.DeferredDelete(std::unique_ptr<DeferredDeletable>(c));
   // Fail the requests that no remaining connection will serve.
   size_t keep = busy_.empty() ? connecting_.size() : pending_.size();
@@ -595,6 +606,7 @@ void ConnPool::OnConnectFailed(UpstreamClient* c, PoolFailure reason, const std:
 
 void ConnPool::OnRequestDone(UpstreamClient* c, bool reusable) {
   stats_.upstream_rq_active.Dec();
+  host_stats_->rq_active.Dec();
   uint32_t max_requests = cluster_->max_requests_per_connection;
   if (reusable && max_requests && c->requests_ >= max_requests) {
     stats_.upstream_cx_max_requests.Inc();

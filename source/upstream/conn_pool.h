@@ -81,6 +81,7 @@ class UpstreamClient : public ConnectionCallbacks,
   void ReadDisable(bool disable) { conn_->ReadDisable(disable); }
   const Host& host() const;
   int fd() const { return conn_->fd(); }
+  HostStats& host_stats();
 
   // ConnectionCallbacks
   void OnData(Buffer& in) override;
@@ -153,6 +154,8 @@ class ConnPool {
   const Host& host() const { return *host_; }
   const ClusterInfo& cluster() const { return *cluster_; }
   ClusterStats& stats() { return stats_; }
+  // This worker's counters for the host (Envoy's per-host stats in /clusters).
+  HostStats& host_stats() { return *host_stats_; }
   Dispatcher& dispatcher() { return dispatcher_; }
   // Set by the worker's cluster so a pool short of slots can take an idle one from a sibling
   // (`reclaim`) and, failing that, ask the other workers to give one back (`starved`).
@@ -182,6 +185,8 @@ class ConnPool {
   std::shared_ptr<const ClusterInfo> cluster_;
   std::shared_ptr<const Host> host_;
   ClusterStats& stats_;
+  HostStats* host_stats_;     // the host's block for this worker, or own_host_stats_
+  HostStats own_host_stats_;  // for a host built without stats (tests)
   // How this host is spoken to (the cluster's transport_socket, or a transport_socket_matches
   // entry chosen by the host's metadata).
   const ClusterInfo::Transport& transport_;
@@ -201,6 +206,8 @@ class ConnPool {
   // resumption on the next connection.
   SSL_SESSION* tls_session_ = nullptr;
 };
+
+inline HostStats& UpstreamClient::host_stats() { return pool_.host_stats(); }
 
 class ConnPool::Pending {
  public:

@@ -115,6 +115,46 @@ class AdminTest(IntegrationTestCase):
                           for h in web["host_statuses"]], [self.up.port])
         self.assertEqual(len(statuses["idle"]["host_statuses"]), 2)
 
+    def test_clusters_counts_per_host(self):
+        # Another proxy: two hosts (one dead), a route with a timeout.
+        dead = free_port()
+        port = free_port()
+        cfg = bootstrap(
+            [http_listener("hosts", port, [virtual_host("all", ["*"], [
+                route("/slow", "live", timeout="0.5s"), route("/dead", "dead"),
+                route("/", "live")])])],
+            [cluster("live", self.up.port), cluster("dead", dead)])
+        proxy = self.start_rpx(cfg, concurrency=2)
+        for i in range(5):
+            self.assertEqual(curl("http://127.0.0.1:%d/ok%d" % (port, i)).status, 200)
+        self.assertEqual(curl("http://127.0.0.1:%d/status/503" % port).status, 503)
+        self.assertEqual(curl("http://127.0.0.1:%d/slow/3" % port).status, 504)
+        self.assertEqual(curl("http://127.0.0.1:%d/dead" % port).status, 503)
+        status, body = proxy.admin("GET", "/clusters")
+        text = body.decode()
+        live = "live::127.0.0.1:%d::" % self.up.port
+        stat = {l[len(live):].split("::")[0]: l.split("::")[-1]
+                for l in text.splitlines() if l.startswith(live)}
+        self.assertEqual(stat["rq_total"], "7", text)
+        self.assertEqual(stat["rq_success"], "5")
+        self.assertEqual(stat["rq_error"], "1")
+        self.assertEqual(stat["rq_timeout"], "1")
+        self.assertEqual(stat["cx_connect_fail"], "0")
+        self.assertGreaterEqual(int(stat["cx_total"]), 1)
+        self.assertIn("dead::127.0.0.1:%d::cx_connect_fail::1\n" % dead, text)
+        # Envoy's order: counters and gauges first, then the host's attributes.
+        keys = list(stat)
+        self.assertEqual(keys[:8], ["cx_active", "cx_connect_fail", "cx_total", "rq_active",
+                                    "rq_error", "rq_success", "rq_timeout", "rq_total"])
+        status, body = proxy.admin("GET", "/clusters?format=json")
+        statuses = {c["name"]: c for c in json.loads(body)["cluster_statuses"]}
+        (host,) = statuses["live"]["host_statuses"]
+        metrics = {m["name"]: m for m in host["stats"]}
+        self.assertEqual(metrics["rq_total"]["value"], "7")
+        self.assertEqual(metrics["rq_error"]["value"], "1")
+        self.assertEqual(metrics["cx_active"]["type"], "GAUGE")
+        proxy.check_clean_exit()
+
     def test_logging_memory_and_server_info(self):
         self.assertEqual(self.get("/logging"), (200, "active loggers:\n  rpx: warning\n"))
         self.assertEqual(self.get("/logging?level=debug")[0], 405)  # changing it needs POST
