@@ -93,9 +93,9 @@ def wrk(port, duration, connections):
 
 
 class Scraper(threading.Thread):
-    def __init__(self, admin, interval):
+    def __init__(self, admin, interval, path):
         super().__init__(daemon=True)
-        self.admin, self.interval = admin, interval
+        self.admin, self.interval, self.path = admin, interval, path
         self.stop = threading.Event()
         self.times, self.sizes, self.series = [], [], 0
 
@@ -103,7 +103,7 @@ class Scraper(threading.Thread):
         os.sched_setaffinity(0, {1})
         while not self.stop.is_set():
             t = time.monotonic()
-            body = urllib.request.urlopen("http://127.0.0.1:%d/stats/prometheus" % self.admin,
+            body = urllib.request.urlopen("http://127.0.0.1:%d%s" % (self.admin, self.path),
                                           timeout=60).read()
             self.times.append((time.monotonic() - t) * 1000)
             self.sizes.append(len(body))
@@ -118,6 +118,8 @@ def main():
     ap.add_argument("--connections", type=int, default=50)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--interval", type=float, default=1.0)
+    ap.add_argument("--path", default="/stats/prometheus",
+                    help="what the scraper GETs, e.g. /stats/prometheus?usedonly")
     ap.add_argument("--rpx", default=os.path.join(ROOT, "bazel-bin/source/exe/rpx"))
     ap.add_argument("--origin", default=os.path.join(ROOT, "bazel-bin/bench/origin"))
     args = ap.parse_args()
@@ -146,7 +148,7 @@ def main():
         quiet, scraped, times, sizes, series = [], [], [], [], 0
         for _ in range(args.runs):
             quiet.append(wrk(port, args.duration, args.connections))
-            s = Scraper(admin, args.interval)
+            s = Scraper(admin, args.interval, args.path)
             s.start()
             scraped.append(wrk(port, args.duration, args.connections))
             s.stop.set()
@@ -159,8 +161,9 @@ def main():
         med = lambda rows, k: statistics.median(r[k] for r in rows)
         commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
                                 capture_output=True, text=True).stdout.strip()
-        print("rpx %s, %d virtual hosts / clusters, wrk -c%d %ds x %d runs, scrape every %.1f s"
-              % (commit, args.vhosts, args.connections, args.duration, args.runs, args.interval))
+        print("rpx %s, %d virtual hosts / clusters, wrk -c%d %ds x %d runs, GET %s every %.1f s"
+              % (commit, args.vhosts, args.connections, args.duration, args.runs, args.path,
+                 args.interval))
         print()
         print("| | req/s | p50 ms | p99 ms | errors |")
         print("|---|---|---|---|---|")

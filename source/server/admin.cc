@@ -150,17 +150,17 @@ std::string Admin::Handle(const RequestHead& head, int* status, std::string* con
     if (auto f = query.find("format"); f != query.end()) format = f->second;
     if (format == "json") {
       *content_type = "application/json";
-      return RenderStatsJson(CollectStats(), q);
+      return RenderStatsJson(CollectStats(q.used_only), q);
     }
     if (format == "prometheus") {
       *content_type = "text/plain; version=0.0.4";
-      return RenderPrometheus(CollectStats(), q);
+      return RenderPrometheus(CollectStats(q.used_only), q);
     }
     if (format != "text") {
       *status = 400;
       return absl::StrCat("unknown format '", format, "' (text, json or prometheus)\n");
     }
-    return RenderStatsText(CollectStats(), q);
+    return RenderStatsText(CollectStats(q.used_only), q);
   }
   if (path == "/runtime") {
     *content_type = "application/json";
@@ -453,7 +453,7 @@ std::string Admin::MemoryJson() const {
 
 std::string Admin::StatsText() const { return RenderStatsText(CollectStats(), StatsQuery()); }
 
-std::vector<StatEntry> Admin::CollectStats() const {
+std::vector<StatEntry> Admin::CollectStats(bool used_only) const {
   std::map<std::string, int64_t> out;
   std::map<std::string, HistogramTotals> hists;
   // The scopes stats are under, for the Prometheus tags: (kind, name).
@@ -464,11 +464,13 @@ std::vector<StatEntry> Admin::CollectStats() const {
     uint32_t n = c.stats_slots;
     std::string p = absl::StrCat("cluster.", name, ".");
     scopes.emplace_back("cluster", name);
+    // With ?usedonly, zeros are left out here already: 10,000 clusters' unused stats would
+    // otherwise be built as strings only to be dropped when rendered.
 #define RPX_CLUSTER_STAT(field)                                   \
   {                                                               \
     int64_t total = 0;                                            \
     for (uint32_t i = 0; i < n; ++i) total += s[i].field.Value(); \
-    out[p + #field] = total;                                      \
+    if (total || !used_only) out[p + #field] = total;             \
   }
     RPX_CLUSTER_STAT(upstream_cx_total)
     RPX_CLUSTER_STAT(upstream_cx_active)
@@ -510,8 +512,9 @@ std::vector<StatEntry> Admin::CollectStats() const {
          {std::pair{"upstream_rq_time", &ClusterStats::upstream_rq_time},
           std::pair{"upstream_cx_connect_ms", &ClusterStats::upstream_cx_connect_ms},
           std::pair{"upstream_cx_length_ms", &ClusterStats::upstream_cx_length_ms}}) {
-      HistogramTotals& t = hists[p + hname];
+      HistogramTotals t;
       for (uint32_t i = 0; i < n; ++i) t.Add(s[i].*member);
+      if (t.count || !used_only) hists[p + hname] = t;
     }
   }
   for (const auto& l : config_.listeners) {

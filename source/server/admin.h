@@ -80,7 +80,8 @@ class Admin : public StreamHandlerFactory {
   std::unique_ptr<StreamHandler> CreateStream(ResponseEncoder& encoder) override;
   // The /stats text (exposed for tests), and every stat with its Prometheus name and tags.
   std::string StatsText() const;
-  std::vector<StatEntry> CollectStats() const;
+  // `used_only`: zero counters and empty histograms are left out (?usedonly).
+  std::vector<StatEntry> CollectStats(bool used_only = false) const;
   std::string Handle(const RequestHead& head, int* status, std::string* content_type);
 
  private:
