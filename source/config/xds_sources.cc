@@ -85,7 +85,12 @@ bool XdsFileSource::Start(std::string* error) {
   }
   event_ = main_.CreateFileEvent(
       inotify_fd_, [this](uint32_t) { OnWatch(); }, FileEvent::kRead);
-  Load();
+  // The first load runs from the loop, never inside the caller: a listener update that brings
+  // an RDS file source is still being applied when the source starts.
+  std::weak_ptr<bool> alive = alive_;
+  main_.Post([this, alive] {
+    if (alive.lock()) Load();
+  });
   return true;
 }
 

@@ -31,8 +31,9 @@ class XdsFileSource {
  public:
   XdsFileSource(Dispatcher& main, std::string type_url, XdsSource source, XdsApplier& applier);
   ~XdsFileSource();
-  // Loads the file and starts watching it. False with `*error` if its directory cannot be watched
-  // (a missing or bad file is not an error here: it is logged, and a later good one applies).
+  // Starts watching the file and loads it from the loop right after (never inside this call).
+  // False with `*error` if its directory cannot be watched (a missing or bad file is not an error
+  // here: it is logged, and a later good one applies).
   bool Start(std::string* error);
   const XdsClient::TypeStatus& status() const { return status_; }
 
@@ -48,6 +49,7 @@ class XdsFileSource {
   int inotify_fd_ = -1;
   std::unique_ptr<FileEvent> event_;
   XdsClient::TypeStatus status_;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // for the posted first load
 };
 
 class XdsSources {

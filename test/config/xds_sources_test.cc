@@ -77,7 +77,8 @@ TEST_F(XdsFileSourceTest, LoadsThenReloadsWhenTheFileIsReplaced) {
   XdsFileSource f(d, kClusterType, Source(), app);
   std::string error;
   ASSERT_TRUE(f.Start(&error)) << error;
-  ASSERT_EQ(app.calls.size(), 1u);
+  EXPECT_TRUE(app.calls.empty());  // loaded from the loop, not inside Start
+  ASSERT_TRUE(d.RunUntil([&] { return app.calls.size() == 1; }, 5000));
   EXPECT_EQ(app.calls[0].type, kClusterType);
   EXPECT_THAT(app.calls[0].names, ElementsAre("a", "b"));
   EXPECT_EQ(app.calls[0].version, "1");
@@ -101,6 +102,7 @@ TEST_F(XdsFileSourceTest, BadFilesChangeNothingAndSayWhy) {
   XdsFileSource f(d, kClusterType, Source(), app);
   std::string error;
   ASSERT_TRUE(f.Start(&error)) << error;
+  ASSERT_TRUE(d.RunUntil([&] { return app.calls.size() == 1; }, 5000));
   auto nacked = [&](uint64_t n) { return d.RunUntil([&] { return f.status().nacks == n; }, 5000); };
 
   Move(
@@ -133,7 +135,7 @@ TEST_F(XdsFileSourceTest, AMissingFileIsCountedNotFatal) {
   XdsFileSource f(d, kClusterType, Source(), app);
   std::string error;
   ASSERT_TRUE(f.Start(&error)) << error;
-  EXPECT_EQ(f.status().nacks, 1u);
+  ASSERT_TRUE(d.RunUntil([&] { return f.status().nacks == 1; }, 5000));
   EXPECT_THAT(f.status().last_nack, HasSubstr("cannot read"));
   Move(Clusters("1", {"a"}));
   ASSERT_TRUE(d.RunUntil([&] { return app.calls.size() == 1; }, 5000));

@@ -202,6 +202,29 @@ class PathSourcesTest(IntegrationTestCase):
                    timeout=10, what="the mixed-up file rejected")
         self.assertEqual(self.upstream(), "A")
 
+    def test_routes_from_a_file_a_listener_file_names(self):
+        # The listener arrives from lds.yaml naming rds.yaml: the RDS file source starts while
+        # that listener update is being applied.
+        route_type = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
+
+        def routes(status):
+            return {"resources": [{"@type": route_type, "name": "r", "virtual_hosts": [{
+                "name": "all", "domains": ["*"], "routes": [{"match": {"prefix": "/"},
+                "direct_response": {"status": status}}]}]}]}
+        self.write("rds.yaml", routes(418))
+        listener = fs_listener(self.port)
+        hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
+        del hcm["route_config"]
+        hcm["rds"] = {"route_config_name": "r", "config_source": {
+            "path_config_source": {"path": os.path.join(self.dir, "rds.yaml")},
+            "resource_api_version": "V3"}}
+        self.write("lds.yaml", {"version_info": "2", "resources": [listener]})
+        wait_until(lambda: curl("http://127.0.0.1:%d/" % self.port).status == 418, timeout=10,
+                   what="routes from rds.yaml")
+        self.write("rds.yaml", routes(204))
+        wait_until(lambda: curl("http://127.0.0.1:%d/" % self.port).status == 204, timeout=10,
+                   what="rds.yaml replaced")
+
 
 if __name__ == "__main__":
     unittest.main()
