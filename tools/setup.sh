@@ -19,6 +19,9 @@ PKGS=(
   # benchmark
   nginx-light haproxy wrk util-linux
 )
+# The API check and the config_dump test fetch Envoy's canonical protos with npm: the machine's
+# Node.js brings it; elsewhere Debian's.
+command -v npm >/dev/null 2>&1 || PKGS+=(npm)
 if [ "${RPX_SETUP_SKIP_UPDATE:-0}" != 1 ]; then $SUDO apt-get update -qq; fi
 $SUDO apt-get install -y -qq --no-install-recommends "${PKGS[@]}" >/dev/null
 # The benchmark starts its own nginx and haproxy; the packaged services must not hold ports.

@@ -237,39 +237,18 @@ std::shared_ptr<const LocalReply> BuildLocalReply(
     for (int j = 0; j < m.headers_to_add_size(); ++j) {
       const auto& h = m.headers_to_add(j);
       std::string hp = absl::StrCat(p, ".headers_to_add[", j, "]");
-      LocalReplyMapper::Header header;
+      HeaderToAdd header;
       header.key = absl::AsciiStrToLower(h.header().key());
       if (header.key.empty() || header.key[0] == ':') {
         Err(errors, hp + ".header.key", "must name a regular header");
         continue;
       }
-      auto f = Formatter::Text(h.header().value(), Formatter::Options{.omit_empty_values = true});
-      if (!f.ok()) {
-        Err(errors, hp + ".header.value", std::string(f.status().message()));
+      absl::Status read = ReadHeaderValueOption(h, &header);
+      if (!read.ok()) {
+        Err(errors, hp + ".header.value", std::string(read.message()));
         continue;
       }
-      header.value = *f;
-      using HVO = envoy::config::core::v3::HeaderValueOption;
-      using Action = LocalReplyMapper::Header::Action;
-      if (h.has_append()) {
-        header.action = h.append().value() ? Action::kAppend : Action::kOverwrite;
-      } else {
-        switch (h.append_action()) {
-          case HVO::ADD_IF_ABSENT:
-            header.action = Action::kAddIfAbsent;
-            break;
-          case HVO::OVERWRITE_IF_EXISTS_OR_ADD:
-            header.action = Action::kOverwrite;
-            break;
-          case HVO::OVERWRITE_IF_EXISTS:
-            header.action = Action::kOverwriteIfExists;
-            break;
-          default:
-            header.action = Action::kAppend;
-        }
-      }
-      header.keep_empty = h.keep_empty_value();
-      mapper.headers.push_back(std::move(header));
+      mapper.headers.add.push_back(std::move(header));
     }
     reply->mappers.push_back(std::move(mapper));
   }

@@ -16,24 +16,7 @@ void LocalReply::Rewrite(FormatContext& ctx, StreamInfo& info, int* status, std:
       info.response_code = *status;
     }
     if (m.has_body) *body = m.body;
-    for (const auto& h : m.headers) {
-      std::string v = h.value->Format(ctx);
-      if (v.empty() && !h.keep_empty) continue;
-      switch (h.action) {
-        case LocalReplyMapper::Header::Action::kAppend:
-          headers->Add(h.key, v);
-          break;
-        case LocalReplyMapper::Header::Action::kAddIfAbsent:
-          if (!headers->Get(h.key)) headers->Add(h.key, v);
-          break;
-        case LocalReplyMapper::Header::Action::kOverwrite:
-          headers->Set(h.key, v);
-          break;
-        case LocalReplyMapper::Header::Action::kOverwriteIfExists:
-          if (headers->Get(h.key)) headers->Set(h.key, v);
-          break;
-      }
-    }
+    m.headers.Apply(*headers, ctx);
     if (m.body_format) {
       format = m.body_format.get();
       format_type = &m.content_type;

@@ -12,6 +12,7 @@
 
 #include "source/http/access_log.h"
 #include "source/http/formatter.h"
+#include "source/http/header_ops.h"
 #include "source/http/headers.h"
 
 namespace rpx {
@@ -23,13 +24,7 @@ struct LocalReplyMapper {
   std::string body;
   std::shared_ptr<const Formatter> body_format;  // overrides the config's; may be null
   std::string content_type;                      // body_format's content type
-  struct Header {
-    std::string key;  // lower case
-    std::shared_ptr<const Formatter> value;
-    enum class Action { kAppend, kAddIfAbsent, kOverwrite, kOverwriteIfExists } action;
-    bool keep_empty = false;
-  };
-  std::vector<Header> headers;
+  HeaderOps headers;                             // headers_to_add (no removals)
 };
 
 class LocalReply {

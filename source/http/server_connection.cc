@@ -122,16 +122,21 @@ std::string ServerConnection::tls_cipher() const {
   return static_cast<const TlsTransport&>(conn_->transport()).cipher();
 }
 
+FormatContext ServerConnection::Context() const {
+  FormatContext ctx;
+  ctx.request = parser_ ? &parser_->request() : nullptr;
+  ctx.downstream = this;
+  if (!config_->scheme_to_overwrite.empty()) ctx.scheme = &config_->scheme_to_overwrite;
+  return ctx;
+}
+
 void ServerConnection::LogStream() {
   if (config_->access_logs.empty()) return;
   StreamInfo& si = info();
   if (config_->record_durations) si.end_ns = MonotonicNowNs();
-  FormatContext ctx;
+  FormatContext ctx = Context();
   ctx.info = &si;
-  ctx.request = parser_ ? &parser_->request() : nullptr;
   ctx.response_headers = si.response_headers.get();
-  ctx.downstream = this;
-  if (!config_->scheme_to_overwrite.empty()) ctx.scheme = &config_->scheme_to_overwrite;
   uint32_t worker = conn_->dispatcher().worker_index();
   for (const auto& log : config_->access_logs) log->Log(ctx, worker);
 }
@@ -458,10 +463,7 @@ void ServerConnection::SendLocalReply(int status, std::string_view body,
     rewritten_body.assign(body.data(), body.size());
     rewritten_type.assign(content_type.data(), content_type.size());
     if (extra_headers) rewritten_headers = *extra_headers;
-    FormatContext ctx;
-    ctx.request = parser_ ? &parser_->request() : nullptr;
-    ctx.downstream = this;
-    if (!config_->scheme_to_overwrite.empty()) ctx.scheme = &config_->scheme_to_overwrite;
+    FormatContext ctx = Context();
     config_->local_reply->Rewrite(ctx, info(), &status, &rewritten_body, &rewritten_headers,
                                   &rewritten_type);
     body = rewritten_body;

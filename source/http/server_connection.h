@@ -92,6 +92,8 @@ class ServerConnection : public ConnectionCallbacks,
   void ResumeSoon();
   // Writes the stream's access log lines (the stream is ending; its handler still exists).
   void LogStream();
+  // What formatters read about this connection and its request (access logs, local replies).
+  FormatContext Context() const;
 
   std::unique_ptr<Connection> conn_;
   std::shared_ptr<const HttpConfig> config_;

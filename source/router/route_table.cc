@@ -45,40 +45,12 @@ absl::StatusOr<HeaderOps> BuildHeaderOps(
     std::string p = FieldPath(parent, add_name, i).str();
     HeaderToAdd h;
     h.key = absl::AsciiStrToLower(o.header().key());
-    h.value = o.header().value();
     if (h.key.empty()) return Err(p, "header.key must not be empty");
     if (h.key[0] == ':' || h.key == "host") {
       return Err(p, absl::StrCat("header '", h.key, "' cannot be modified here"));
     }
-    // Envoy's command operators (%DOWNSTREAM_REMOTE_ADDRESS%, %REQ(x)%, ...); "%%" is a '%'.
-    if (h.value.find('%') != std::string::npos) {
-      auto f = Formatter::Text(h.value, Formatter::Options{.omit_empty_values = true});
-      if (!f.ok()) return Err(p + ".header.value", std::string(f.status().message()));
-      if ((*f)->has_operators()) {
-        h.formatter = *f;
-      } else {
-        h.value = (*f)->Format(FormatContext());
-      }
-    }
-    if (o.has_append()) {
-      h.action = o.append().value() ? HeaderToAdd::Action::kAppendOrAdd
-                                    : HeaderToAdd::Action::kOverwriteOrAdd;
-    } else {
-      switch (o.append_action()) {
-        case envoy::config::core::v3::HeaderValueOption::ADD_IF_ABSENT:
-          h.action = HeaderToAdd::Action::kAddIfAbsent;
-          break;
-        case envoy::config::core::v3::HeaderValueOption::OVERWRITE_IF_EXISTS_OR_ADD:
-          h.action = HeaderToAdd::Action::kOverwriteOrAdd;
-          break;
-        case envoy::config::core::v3::HeaderValueOption::OVERWRITE_IF_EXISTS:
-          h.action = HeaderToAdd::Action::kOverwriteIfExists;
-          break;
-        default:
-          h.action = HeaderToAdd::Action::kAppendOrAdd;
-      }
-    }
-    h.keep_empty = o.keep_empty_value();
+    absl::Status read = ReadHeaderValueOption(o, &h);
+    if (!read.ok()) return Err(p + ".header.value", std::string(read.message()));
     ops.add.push_back(std::move(h));
   }
   for (int i = 0; i < remove.size(); ++i) {
@@ -351,6 +323,41 @@ std::string_view StripPort(std::string_view host) {
 
 }  // namespace
 
+absl::Status ReadHeaderValueOption(const envoy::config::core::v3::HeaderValueOption& o,
+                                   HeaderToAdd* h) {
+  h->value = o.header().value();
+  // Envoy's command operators (%DOWNSTREAM_REMOTE_ADDRESS%, %REQ(x)%, ...); "%%" is a '%'.
+  if (h->value.find('%') != std::string::npos) {
+    auto f = Formatter::Text(h->value, Formatter::Options{.omit_empty_values = true});
+    if (!f.ok()) return f.status();
+    if ((*f)->has_operators()) {
+      h->formatter = *f;
+    } else {
+      h->value = (*f)->Format(FormatContext());
+    }
+  }
+  if (o.has_append()) {
+    h->action = o.append().value() ? HeaderToAdd::Action::kAppendOrAdd
+                                   : HeaderToAdd::Action::kOverwriteOrAdd;
+  } else {
+    switch (o.append_action()) {
+      case envoy::config::core::v3::HeaderValueOption::ADD_IF_ABSENT:
+        h->action = HeaderToAdd::Action::kAddIfAbsent;
+        break;
+      case envoy::config::core::v3::HeaderValueOption::OVERWRITE_IF_EXISTS_OR_ADD:
+        h->action = HeaderToAdd::Action::kOverwriteOrAdd;
+        break;
+      case envoy::config::core::v3::HeaderValueOption::OVERWRITE_IF_EXISTS:
+        h->action = HeaderToAdd::Action::kOverwriteIfExists;
+        break;
+      default:
+        h->action = HeaderToAdd::Action::kAppendOrAdd;
+    }
+  }
+  h->keep_empty = o.keep_empty_value();
+  return absl::OkStatus();
+}
+
 absl::StatusOr<HeaderMatch> BuildHeaderMatcher(const envoy::config::route::v3::HeaderMatcher& m,
                                                const std::string& path) {
   return BuildHeaderMatch(m, FieldPath(path));
@@ -463,34 +470,6 @@ bool HeaderMatch::MatchesValue(bool found, std::string_view value) const {
       result = found && string_match.Matches(value);
   }
   return result != invert;
-}
-
-void HeaderOps::Apply(HeaderMap& headers, const FormatContext& ctx) const {
-  for (const auto& name : remove) headers.Remove(name);
-  std::string formatted;
-  for (const auto& h : add) {
-    const std::string* value = &h.value;
-    if (h.formatter) {
-      formatted.clear();
-      h.formatter->Format(ctx, &formatted);
-      value = &formatted;
-    }
-    if (value->empty() && !h.keep_empty) continue;
-    switch (h.action) {
-      case HeaderToAdd::Action::kAppendOrAdd:
-        headers.Add(h.key, *value);
-        break;
-      case HeaderToAdd::Action::kAddIfAbsent:
-        if (!headers.Get(h.key)) headers.Add(h.key, *value);
-        break;
-      case HeaderToAdd::Action::kOverwriteOrAdd:
-        headers.Set(h.key, *value);
-        break;
-      case HeaderToAdd::Action::kOverwriteIfExists:
-        if (headers.Get(h.key)) headers.Set(h.key, *value);
-        break;
-    }
-  }
 }
 
 bool RouteEntry::Matches(const RequestHead& req, std::string_view path,

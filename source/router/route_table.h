@@ -19,6 +19,7 @@
 #include "envoy/config/route/v3/route.pb.h"
 #include "re2/re2.h"
 #include "source/http/formatter.h"
+#include "source/http/header_ops.h"
 #include "source/http/headers.h"
 
 namespace rpx {
@@ -67,24 +68,11 @@ struct QueryParamMatch {
 };
 
 // envoy.config.core.v3.HeaderValueOption.
-struct HeaderToAdd {
-  enum class Action { kAppendOrAdd, kAddIfAbsent, kOverwriteOrAdd, kOverwriteIfExists };
-  std::string key;  // lower case
-  std::string value;
-  // Set when the value has command operators (%DOWNSTREAM_REMOTE_ADDRESS%): formatted for each
-  // request; a value that comes out empty is not added (unless keep_empty).
-  std::shared_ptr<const Formatter> formatter;
-  Action action = Action::kAppendOrAdd;
-  bool keep_empty = false;
-};
-
-struct HeaderOps {
-  std::vector<HeaderToAdd> add;
-  std::vector<std::string> remove;  // lower case
-  bool empty() const { return add.empty() && remove.empty(); }
-  // `ctx` is what value formatters read.
-  void Apply(HeaderMap& headers, const FormatContext& ctx) const;
-};
+// Reads a HeaderValueOption's value (a formatter when it has command operators), append /
+// append_action and keep_empty_value into `*h`; the key is the caller's to check and set. An
+// error is a bad value format, to be reported at the option's ".header.value".
+absl::Status ReadHeaderValueOption(const envoy::config::core::v3::HeaderValueOption& o,
+                                   HeaderToAdd* h);
 
 struct WeightedTarget {
   std::string cluster;

@@ -412,8 +412,7 @@ ConnPool::ConnPool(Dispatcher& dispatcher, std::shared_ptr<const ClusterInfo> cl
       pending_.pop_front();
       cluster_->resources->ReleasePending();
       stats_.upstream_rq_pending_active.Dec();
-      stats_.upstream_cx_connect_fail.Inc();
-      host_stats_->cx_connect_fail.Inc();
+      CxConnectFailed();
       p->callbacks.OnPoolFailure(PoolFailure::kConnectFailure, deferred_error_.empty()
                                                                    ? "cannot open a socket"
                                                                    : deferred_error_);
@@ -449,10 +448,7 @@ ConnPool::Pending* ConnPool::NewStream(PoolCallbacks& callbacks) {
     c->timer_->Disable();
     busy_.splice(busy_.begin(), idle_, c->pos_);  // list nodes move: no allocation per request
     c->state_ = UpstreamClient::State::kBusy;
-    stats_.upstream_rq_total.Inc();
-    stats_.upstream_rq_active.Inc();
-    host_stats_->rq_total.Inc();
-    host_stats_->rq_active.Inc();
+    RqStarted();
     callbacks.OnPoolReady(*c);
     return nullptr;
   }
@@ -571,10 +567,7 @@ void ConnPool::Attach(UpstreamClient* c, std::list<UpstreamClient*>& from) {
   c->timer_->Disable();
   c->state_ = UpstreamClient::State::kBusy;
   busy_.splice(busy_.begin(), from, c->pos_);
-  stats_.upstream_rq_total.Inc();
-  stats_.upstream_rq_active.Inc();
-  host_stats_->rq_total.Inc();
-  host_stats_->rq_active.Inc();
+  RqStarted();
   p->callbacks.OnPoolReady(*c);
 }
 
@@ -590,8 +583,7 @@ void ConnPool::OnConnectFailed(UpstreamClient* c, PoolFailure reason, const std:
   if (reason == PoolFailure::kConnectTimeout) {
     stats_.upstream_cx_connect_timeout.Inc();
   }
-  stats_.upstream_cx_connect_fail.Inc();
-  host_stats_->cx_connect_fail.Inc();
+  CxConnectFailed();
   dispatcher_.DeferredDelete(std::unique_ptr<DeferredDeletable>(c));
   // Fail the requests that no remaining connection will serve.
   size_t keep = busy_.empty() ? connecting_.size() : pending_.size();

@@ -173,8 +173,19 @@ class ConnPool {
   void OnConnectFailed(UpstreamClient* c, PoolFailure reason, const std::string& detail);
   void OnRequestDone(UpstreamClient* c, bool reusable);
   void OnClientClosed(UpstreamClient* c);
-  // A client's connection is gone: the active gauge and the lifetime histogram.
+  // A client's connection is gone: the active gauges and the lifetime histogram.
   void CxClosed(UpstreamClient* c);
+  // The cluster's counters and the host's move together.
+  void RqStarted() {
+    stats_.upstream_rq_total.Inc();
+    stats_.upstream_rq_active.Inc();
+    host_stats_->rq_total.Inc();
+    host_stats_->rq_active.Inc();
+  }
+  void CxConnectFailed() {
+    stats_.upstream_cx_connect_fail.Inc();
+    host_stats_->cx_connect_fail.Inc();
+  }
   // Gives the first pending request client `c`, moving it from list `from` (its current one) to
   // busy_.
   void Attach(UpstreamClient* c, std::list<UpstreamClient*>& from);

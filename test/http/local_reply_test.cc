@@ -15,8 +15,11 @@ TEST(LocalReplyTest, FirstMatchingMapperThenTheFormat) {
   m1.status = 410;
   m1.has_body = true;
   m1.body = "gone";
-  m1.headers.push_back(
-      {"x-code", Text("%RESPONSE_CODE%"), LocalReplyMapper::Header::Action::kOverwrite, false});
+  HeaderToAdd code;
+  code.key = "x-code";
+  code.formatter = Text("%RESPONSE_CODE%");
+  code.action = HeaderToAdd::Action::kOverwriteOrAdd;
+  m1.headers.add.push_back(code);
   reply.mappers.push_back(std::move(m1));
   LocalReplyMapper m2;  // no filter: every reply; never reached for a 404
   m2.status = 599;
