@@ -123,6 +123,26 @@ class HotRestartTest(IntegrationTestCase):
         self.assertEqual(child.stat("http.l.downstream_rq_total"), 1)
         child.check_clean_exit()
 
+    def test_parent_shutdown_time_bounds_the_old_epochs_drain(self):
+        # The parent may drain 10 s; the successor's --parent-shutdown-time-s 1 cuts that short,
+        # so a 5-second request on the old epoch does not get its answer.
+        up = self.start_echo("up")
+        cfg = self.config(up.port)
+        base = base_id()
+        self.parent = self.start_epoch(cfg, 0, base)
+        results = []
+        t = threading.Thread(target=lambda: results.append(
+            curl("http://127.0.0.1:%d/slow/5" % self.port, timeout=30)))
+        t.start()
+        wait_until(lambda: up.in_flight == 1, timeout=10, what="the slow request in flight")
+        child = self.start_epoch(cfg, 1, base, "--parent-shutdown-time-s", "1", wait_ready=False)
+        self.assertEqual(self.parent.wait_exit(30), 0)
+        t.join(30)
+        self.assertNotEqual(results[0].status, 200, results)
+        self.assertIn("up to 1000 ms", self.parent.stderr_text())
+        self.assertEqual(curl("http://127.0.0.1:%d/x" % self.port).status, 200)
+        child.check_clean_exit()
+
     def test_a_third_epoch_takes_over_from_the_second(self):
         up = self.start_echo("up")
         cfg = self.config(up.port)
