@@ -169,6 +169,60 @@ class TlsTest(IntegrationTestCase):
         self.assertEqual(code, 0, out)
         self.assertIn("Protocol  : TLSv1.2", out)
 
+    def test_tls_params_and_session_timeout(self):
+        """tls_params narrow what is negotiated (a client offering only something else is
+        refused), and session_timeout is the lifetime the server gives its tickets."""
+        self.start([{"tls": downstream_tls([self.certs["a.example.com"]], extra={
+            "session_timeout": "300s"}, common_extra={"tls_params": {
+                "tls_maximum_protocol_version": "TLSv1_2",
+                "cipher_suites": ["ECDHE-ECDSA-AES256-GCM-SHA384"],
+                "ecdh_curves": ["P-384"]}})}])
+        code, out = s_client(self.port, stdin=REQUEST)
+        self.assertIn("New, TLSv1.2, Cipher is ECDHE-ECDSA-AES256-GCM-SHA384", out)
+        self.assertRegex(out, r"(Server|Peer) Temp Key: ECDH, secp384r1")
+        self.assertIn("TLS session ticket lifetime hint: 300 (seconds)", out)
+        self.assertIn("HTTP/1.1 200 OK", out)
+        for args in (["-tls1_3"], ["-cipher", "ECDHE-ECDSA-AES128-GCM-SHA256"],
+                     ["-groups", "P-256"]):
+            code, out = s_client(self.port, *args)
+            self.assertNotEqual(code, 0, (args, out))
+            self.assertIsNone(peer_cn(out), (args, out))
+        # The default (no tls_params): TLS 1.3, and the default ticket lifetime isn't 300.
+        self.start([{"tls": downstream_tls([self.certs["a.example.com"]])}])
+        code, out = s_client(self.port, stdin=REQUEST)
+        self.assertIn("New, TLSv1.3", out)
+        self.assertNotIn("lifetime hint: 300 ", out)
+
+    def test_renegotiation_is_refused(self):
+        """A TLS 1.2 client asking to renegotiate (s_client's R command) gets OpenSSL's
+        no_renegotiation alert."""
+        self.start([{"tls": downstream_tls([self.certs["a.example.com"]])}])
+        p = subprocess.Popen(["openssl", "s_client", "-connect", "127.0.0.1:%d" % self.port,
+                              "-tls1_2"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT)
+        out = b""
+        try:
+            while b"Verify return code" not in out:  # the handshake is done
+                chunk = os.read(p.stdout.fileno(), 65536)
+                if not chunk:
+                    break
+                out += chunk
+            p.stdin.write(b"R\n")
+            p.stdin.flush()
+            deadline = time.monotonic() + 20
+            while b"no renegotiation" not in out and time.monotonic() < deadline:
+                chunk = os.read(p.stdout.fileno(), 65536)  # s_client exits on the alert
+                if not chunk:
+                    break
+                out += chunk
+        finally:
+            p.kill()
+            p.wait()
+        text = out.decode("utf-8", "replace")
+        self.assertIn("RENEGOTIATING", text)
+        self.assertIn("no renegotiation", text)
+        self.assertEqual(self.proxy.stat("listener.127.0.0.1_%d.ssl.handshake" % self.port), 1)
+
     def test_ecdsa_and_rsa_certificates_side_by_side(self):
         self.start([{"tls": downstream_tls([self.certs["a.example.com"], self.rsa])}])
         code, out = s_client(self.port, "-tls1_2", "-sigalgs", "RSA-PSS+SHA256:RSA+SHA256")
