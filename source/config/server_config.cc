@@ -75,12 +75,14 @@ std::shared_ptr<const TlsContext> BuildDownstreamTls(const FilterChainConfig& ch
                                                      const BuildOptions& options,
                                                      std::vector<std::string>* sds_names,
                                                      bool* missing,
-                                                     std::vector<std::string>* errors) {
+                                                     std::vector<std::string>* errors,
+                                                     uint64_t* sds_fetch_timeout_ms = nullptr) {
   TlsContextOptions o;
   SecretSources secrets{&options.secrets, &options.sds_secrets, sds_names};
   if (!DownstreamTlsOptions(*chain.tls_config, chain.tls_path, &secrets, &o, errors)) {
     return nullptr;
   }
+  if (sds_fetch_timeout_ms) *sds_fetch_timeout_ms = secrets.fetch_timeout_ms;
   *missing = secrets.sds_missing;
   if (*missing) return nullptr;
   KeepSpokenAlpn(&o);
@@ -856,6 +858,10 @@ bool Builder::UpstreamTransport(const envoy::config::core::v3::TransportSocket& 
     for (const auto& e : tls_errors) errors_->push_back(absl::StrCat(options_.source, ": ", e));
     return false;
   }
+  if (secrets.fetch_timeout_ms &&
+      (!info->sds_fetch_timeout_ms || secrets.fetch_timeout_ms < info->sds_fetch_timeout_ms)) {
+    info->sds_fetch_timeout_ms = secrets.fetch_timeout_ms;
+  }
   if (secrets.sds_missing) return true;  // built once the secrets arrive
   KeepSpokenAlpn(&o);
   auto context = TlsContext::Create(o);
@@ -893,7 +899,8 @@ bool Builder::DownstreamTransport(const envoy::config::core::v3::TransportSocket
   chain->tls_path = path + ".typed_config";
   std::vector<std::string> tls_errors;
   bool missing = false;
-  chain->tls = BuildDownstreamTls(*chain, options_, &chain->sds_secrets, &missing, &tls_errors);
+  chain->tls = BuildDownstreamTls(*chain, options_, &chain->sds_secrets, &missing, &tls_errors,
+                                  &chain->sds_fetch_timeout_ms);
   for (const auto& e : tls_errors) errors_->push_back(absl::StrCat(options_.source, ": ", e));
   return tls_errors.empty();
 }

@@ -63,6 +63,7 @@ struct FilterChainConfig {
   bool tls_required = false;
   std::shared_ptr<const TlsContext> tls;
   std::vector<std::string> sds_secrets;  // SDS secret names the context uses
+  uint64_t sds_fetch_timeout_ms = 0;     // their sds_configs' initial_fetch_timeout (0: none)
   // The DownstreamTlsContext and its field path, to build the context again with new secrets.
   std::shared_ptr<const envoy::extensions::transport_sockets::tls::v3::DownstreamTlsContext>
       tls_config;

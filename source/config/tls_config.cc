@@ -43,6 +43,13 @@ const Secret* FindSecret(const SdsSecretConfig& sds, Secret::TypeCase type, cons
       return nullptr;
     }
     if (secrets->sds_names) secrets->sds_names->push_back(sds.name());
+    if (sds.sds_config().has_initial_fetch_timeout()) {
+      const auto& d = sds.sds_config().initial_fetch_timeout();
+      uint64_t ms = static_cast<uint64_t>(d.seconds()) * 1000 + d.nanos() / 1000000;
+      if (ms && (!secrets->fetch_timeout_ms || ms < secrets->fetch_timeout_ms)) {
+        secrets->fetch_timeout_ms = ms;
+      }
+    }
   }
   const SecretMap* map = dynamic ? secrets->sds : secrets->static_secrets;
   auto it = map ? map->find(sds.name()) : SecretMap::const_iterator();

@@ -29,6 +29,8 @@ struct SecretSources {
   // options are incomplete: the caller waits for them instead of building the context).
   std::vector<std::string>* sds_names = nullptr;
   bool sds_missing = false;
+  // Out: the shortest initial_fetch_timeout their sds_configs give (0: none gives one).
+  uint64_t fetch_timeout_ms = 0;
 };
 
 // The bytes of a DataSource (filename, inline_string, inline_bytes, environment_variable).

@@ -275,7 +275,13 @@ std::string ConfigManager::ApplyClusters(const XdsResourceMap& resources,
             ActiveForm{it->second.bytes, it->second.version, it->second.updated_ms};
         PublishClusters();
       });
-      d.warm_timer->Enable(config_.xds.initial_fetch_timeout_ms);
+      // An EDS cluster waits as long as the bootstrap says; one waiting only for secrets as
+      // long as their sds_config says, if it says.
+      uint64_t wait = config_.xds.initial_fetch_timeout_ms;
+      if (d.endpoints_arrived || !d.entry.info->eds) {
+        if (d.entry.info->sds_fetch_timeout_ms) wait = d.entry.info->sds_fetch_timeout_ms;
+      }
+      d.warm_timer->Enable(wait);
     }
     next[name] = std::move(d);
   }
@@ -923,13 +929,20 @@ std::shared_ptr<const ListenerConfig> ConfigManager::CarryConnectionLimits(
 }
 
 uint64_t ConfigManager::InitialFetchTimeoutMs(const ListenerConfig& l) const {
+  // The shortest wait any of its config sources asks for: each RDS config_source and each
+  // secret's sds_config (the bootstrap's when an sds_config gives none).
   uint64_t ms = 0;
+  auto take = [&ms](uint64_t t) {
+    if (ms == 0 || t < ms) ms = t;
+  };
   for (const auto& c : l.chains) {
-    if (!c->rds_name.empty() && (ms == 0 || c->initial_fetch_timeout_ms < ms)) {
-      ms = c->initial_fetch_timeout_ms;
+    if (!c->rds_name.empty()) take(c->initial_fetch_timeout_ms);
+    if (!c->sds_secrets.empty()) {
+      take(c->sds_fetch_timeout_ms ? c->sds_fetch_timeout_ms
+                                   : config_.xds.initial_fetch_timeout_ms);
     }
   }
-  return ms ? ms : config_.xds.initial_fetch_timeout_ms;  // secrets only
+  return ms ? ms : config_.xds.initial_fetch_timeout_ms;
 }
 
 void ConfigManager::RefreshRdsNames() {
@@ -983,7 +996,10 @@ std::string ConfigManager::ConfigSummaryJson() const {
   };
   std::vector<std::string> items;
   for (const auto& l : bootstrap_.static_resources().listeners()) {
-    items.push_back(item(l.name(), "static", 0, "static", Json(l)));
+    // A static listener waiting for its routes or secrets warms like a dynamic one.
+    auto d = listeners_.find(l.name());
+    bool warming = d != listeners_.end() && d->second.pending;
+    items.push_back(item(l.name(), "static", 0, warming ? "warming" : "static", Json(l)));
   }
   for (const auto& [name, d] : listeners_) {
     if (d.is_static) continue;

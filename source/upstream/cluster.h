@@ -196,6 +196,7 @@ struct ClusterInfo {
   Transport transport;                       // transport_socket
   std::vector<Transport> transport_matches;  // transport_socket_matches, first match wins
   std::vector<std::string> sds_secrets;      // SDS names every transport here uses
+  uint64_t sds_fetch_timeout_ms = 0;         // their sds_configs' initial_fetch_timeout (0: none)
   // upstream_http_protocol_options: the SNI of a TLS connection is the request's host (or the
   // value of override_auto_sni_header), so connections are pooled per host and SNI; with
   // auto_san_validation the upstream's certificate must be valid for that name.

@@ -4,6 +4,8 @@ connection keeps working, new handshakes see the new certificate; a bad secret i
 old one keeps serving. Certificates come from a throwaway CA (harness.TestPki).
 """
 
+import base64
+import os
 import re
 import socket
 import ssl
@@ -11,7 +13,8 @@ import subprocess
 import unittest
 
 from harness import (ADS_SOURCE, UPSTREAM_TLS_TYPE, IntegrationTestCase, TestPki, cluster, curl,
-                     free_port, http_listener, route, tls_chain, virtual_host, xds_bootstrap)
+                     free_port, http_listener, route, tls_chain, virtual_host, wait_until,
+                     xds_bootstrap)
 
 NODE = "sds-node"
 SECRET = "server_cert"
@@ -29,12 +32,21 @@ def read(path):
         return f.read()
 
 
-def sds_tls():
-    return {"name": "envoy.transport_sockets.tls", "typed_config": {
-        "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3."
-                 "DownstreamTlsContext",
-        "common_tls_context": {"tls_certificate_sds_secret_configs": [
-            {"name": SECRET, "sds_config": dict(ADS_SOURCE)}]}}}
+def sds_tls(fetch_timeout=None, ticket_keys=None):
+    """A DownstreamTlsContext whose certificate is the SDS secret SECRET (its sds_config with
+    `fetch_timeout` as initial_fetch_timeout), with session ticket keys from the SDS secret
+    `ticket_keys` if given."""
+    source = dict(ADS_SOURCE)
+    if fetch_timeout:
+        source["initial_fetch_timeout"] = fetch_timeout
+    ctx = {"@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3."
+                    "DownstreamTlsContext",
+           "common_tls_context": {"tls_certificate_sds_secret_configs": [
+               {"name": SECRET, "sds_config": source}]}}
+    if ticket_keys:
+        ctx["session_ticket_keys_sds_secret_config"] = {"name": ticket_keys,
+                                                        "sds_config": dict(ADS_SOURCE)}
+    return {"name": "envoy.transport_sockets.tls", "typed_config": ctx}
 
 
 class SdsTests(object):
@@ -156,6 +168,115 @@ class SdsTests(object):
         r = curl("https://a.example.com:%d/origin" % self.port, "--resolve",
                  "a.example.com:%d:127.0.0.1" % self.port, "--cacert", self.pki.ca, timeout=20)
         self.assertEqual(r.status, 200, r)
+
+
+class SdsWarmingTests(object):
+    """A listener whose certificate has not arrived: it warms (not ready, not serving) until the
+    secret comes, or until its sds_config's initial_fetch_timeout, after which its TLS chain
+    refuses connections (never cleartext) until the secret comes. Ticket keys over SDS."""
+    DELTA = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.pki = TestPki()
+        cls.cert = cls.pki.cert("first", ["DNS:a.example.com"])
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.pki.cleanup()
+
+    def start(self, secrets, tls):
+        self.up = self.start_echo("up")
+        self.port = free_port()
+        listener = http_listener("tls", self.port, [virtual_host("all", ["*"], [
+            route("/", "up")])])
+        listener["filter_chains"] = [tls_chain(listener["filter_chains"][0], tls)]
+        self.files = {"secrets": secrets}
+        self.xds = self.start_xds_server({"sds.yaml": self.files})
+        # LDS's own wait is long, so what ends a secret's wait below is its sds_config's.
+        self.proxy = self.start_rpx(xds_bootstrap(
+            self.xds.port, node_id=NODE, delta=self.DELTA, cds=False, listeners=[listener],
+            clusters=[cluster("up", self.up.port)], initial_fetch_timeout="120s"),
+            wait_ready=False)
+        self.xds.wait_for(r"^subscribe node=%s type=SDS names=.*%s" % (NODE, SECRET),
+                          what="the SDS subscription")
+
+    def update(self, **changes):
+        self.files.update(changes)
+        return self.xds.write_resources("sds.yaml", **self.files)
+
+    def secret(self):
+        cert, key = self.cert
+        return {"name": SECRET, "tls_certificate": {
+            "certificate_chain": {"inline_string": read(cert)},
+            "private_key": {"inline_string": read(key)}}}
+
+    def listener_state(self):
+        return {l["name"]: l["state"] for l in self.proxy.config_summary()["listeners"]}["tls"]
+
+    def test_listener_warms_until_its_secret_arrives(self):
+        self.start([], sds_tls())
+        self.assertEqual(self.listener_state(), "warming")
+        status, body = self.proxy.admin("GET", "/ready")
+        self.assertEqual(status, 503, body)
+        mark = self.update(secrets=[self.secret()])
+        self.xds.wait_ack("SDS", mark, node=NODE)
+        self.assertEqual(peer_cn(self.port), "first")
+        self.assertEqual(self.listener_state(), "static")
+        status, body = self.proxy.admin("GET", "/ready")
+        self.assertEqual(status, 200, body)
+
+    def test_after_its_fetch_timeout_a_chain_without_its_secret_refuses_connections(self):
+        self.start([], sds_tls(fetch_timeout="1s"))
+        wait_until(lambda: "did not arrive in time" in self.proxy.stderr_text(), timeout=30,
+                   what="the secret's initial_fetch_timeout")
+        self.assertIn("secret 'server_cert' did not arrive in time", self.proxy.stderr_text())
+        self.assertEqual(self.listener_state(), "static")  # no longer warming
+        self.assertIsNone(peer_cn(self.port))
+        r = curl("http://127.0.0.1:%d/" % self.port, timeout=20)
+        self.assertEqual(r.status, 0, r)  # closed: never served in cleartext
+        self.assertEqual(self.up.request_count(), 0)
+        self.proxy.wait_stat("listener.127.0.0.1_%d.ssl.connection_error" % self.port,
+                             lambda v: v >= 2)
+        mark = self.update(secrets=[self.secret()])
+        self.xds.wait_ack("SDS", mark, node=NODE)
+        self.assertEqual(peer_cn(self.port), "first")
+
+    def test_session_ticket_keys_over_sds(self):
+        """The first key encrypts, every key decrypts: a ticket made under key A still resumes
+        after [B, A] arrives, and no longer after [B]."""
+        def keys(*seeds):
+            return {"name": "stek", "session_ticket_keys": {"keys": [
+                {"inline_bytes": base64.b64encode(bytes([seed]) * 80).decode()}
+                for seed in seeds]}}
+        self.start([self.secret(), keys(0x41)], sds_tls(ticket_keys="stek"))
+        self.xds.wait_ack("SDS", 0, node=NODE)
+        sess = os.path.join(self.pki.dir, "sess-%s-%d" % (self.DELTA, self.port))
+        request = b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n"
+
+        def s_client(*args):
+            r = subprocess.run(["openssl", "s_client", "-connect", "127.0.0.1:%d" % self.port,
+                                "-tls1_3", "-ign_eof"] + list(args), input=request,
+                               capture_output=True, timeout=20)
+            return r.stdout.decode("utf-8", "replace")
+        self.assertIn("New,", s_client("-sess_out", sess))
+        self.assertIn("Reused,", s_client("-sess_in", sess))
+        mark = self.update(secrets=[self.secret(), keys(0x42, 0x41)])
+        self.xds.wait_ack("SDS", mark, node=NODE)
+        out = s_client("-sess_in", sess)
+        self.assertIn("Reused,", out)
+        self.assertIn("HTTP/1.1 200 OK", out)
+        mark = self.update(secrets=[self.secret(), keys(0x42)])
+        self.xds.wait_ack("SDS", mark, node=NODE)
+        self.assertIn("New,", s_client("-sess_in", sess))
+
+
+class SdsWarmingSotwTest(SdsWarmingTests, IntegrationTestCase):
+    DELTA = False
+
+
+class SdsWarmingDeltaTest(SdsWarmingTests, IntegrationTestCase):
+    DELTA = True
 
 
 class SdsSotwTest(SdsTests, IntegrationTestCase):
