@@ -16,7 +16,7 @@ import unittest
 from harness import (TLS_INSPECTOR, UPSTREAM_TLS_TYPE, IntegrationTestCase, TestPki, bootstrap,
                      cluster, curl, downstream_tls, free_port, http_listener, make_tmpdir,
                      remove_tmpdir, repo_file, route, tls_certificate, tls_chain, virtual_host,
-                     wait_until)
+                     wait_until, xds_bootstrap)
 
 HOSTS = ("a.example.com", "b.example.com")
 # What s_client sends: a request, so it reads on until the close (and takes TLS 1.3 tickets).
@@ -487,6 +487,21 @@ class UpstreamTlsTest(IntegrationTestCase):
         self.assertEqual(stats["cluster.origin.ssl.handshake"], 4)
         self.assertGreaterEqual(stats["cluster.origin.ssl.session_reused"], 1)
 
+    def test_alpn_offered_to_the_origin(self):
+        """alpn_protocols as configured, less what rpx does not speak upstream (h2 until HTTP/2
+        lands: offering it would let the origin pick a protocol rpx then misreads); none when
+        none is configured."""
+        self.origin_port = self.start_tls_nginx(self.origin_cert, "alpn=$ssl_alpn_protocol")
+        with_alpn = self.verified()
+        with_alpn["common_tls_context"]["alpn_protocols"] = ["h2", "http/1.1"]
+        self.start_proxy(with_alpn)
+        r = self.get()
+        self.assertEqual((r.status, r.body), (200, b"alpn=http/1.1\n"), r)
+        self.proxy.cleanup()
+        self.start_proxy(self.verified())
+        r = self.get()
+        self.assertEqual((r.status, r.body), (200, b"alpn=\n"), r)
+
     def test_verification_failures_are_503s_that_say_why(self):
         self.start_origin()
         cases = [
@@ -504,6 +519,9 @@ class UpstreamTlsTest(IntegrationTestCase):
                 self.assertEqual(r.status, 503, r)
                 self.assertIn(why.encode(), r.body)
                 self.assertEqual(self.proxy.stat("cluster.origin.ssl.fail_verify"), 1)
+                self.assertIn("cluster 'origin': TLS handshake with 127.0.0.1:%d failed: %s" %
+                              (self.origin_port, why.split(": ", 1)[1]),
+                              self.proxy.stderr_text())
                 self.proxy.cleanup()
 
     def test_expired_certificate(self):
@@ -513,6 +531,9 @@ class UpstreamTlsTest(IntegrationTestCase):
         self.assertEqual(r.status, 503, r)
         self.assertIn(b"TLS verification failed: certificate verify failed: certificate has "
                       b"expired", r.body)
+        self.assertEqual(self.proxy.stat("cluster.origin.ssl.fail_verify"), 1)
+        self.assertIn("failed: certificate verify failed: certificate has expired",
+                      self.proxy.stderr_text())
 
     def test_mutual_tls_to_the_origin(self):
         self.start_origin(verify_client=True)
@@ -590,6 +611,96 @@ class UpstreamTlsTest(IntegrationTestCase):
         self.assertEqual(r.status, 503, r)
         self.assertIn(b"upstream connect error: TLS error:", r.body)
         self.assertEqual(up.request_count(), 0)
+
+
+class TransportSocketsOverXdsTest(IntegrationTestCase):
+    """The security rule over xDS: a transport socket or a transport_socket_match rpx cannot
+    honour (another transport, or a TLS field it does not implement) is NACKed with its name,
+    and the version in service, TLS included, keeps serving; it never becomes cleartext."""
+
+    NODE = "ts-node"
+
+    @classmethod
+    def setUpClass(cls):
+        cls.pki = TestPki()
+        cls.origin_cert = cls.pki.cert("origin", ["DNS:origin.example.com"])
+        cls.server_cert = cls.pki.cert("a.example.com", ["DNS:a.example.com"])
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.pki.cleanup()
+
+    def tls_cluster(self, **common_extra):
+        c = cluster("origin", self.origin_port)
+        validation = {"trusted_ca": {"filename": self.pki.ca}}
+        validation.update(common_extra)
+        c["transport_socket"] = {"name": "envoy.transport_sockets.tls", "typed_config": {
+            "@type": UPSTREAM_TLS_TYPE, "sni": "origin.example.com",
+            "common_tls_context": {"validation_context": validation}}}
+        return c
+
+    def tls_listener(self, transport_socket):
+        l = http_listener("l", self.port, [virtual_host("all", ["*"], [route("/", "origin")])])
+        l["filter_chains"] = [tls_chain(l["filter_chains"][0], transport_socket)]
+        return l
+
+    def setUp(self):
+        self.origin_port = self.start_tls_nginx(self.origin_cert, "origin ssl=$ssl_protocol")
+        self.port = free_port()
+        self.files = {"clusters": [self.tls_cluster()],
+                      "listeners": [self.tls_listener(downstream_tls([self.server_cert]))]}
+        self.xds = self.start_xds_server({"r.yaml": self.files})
+        self.proxy = self.start_rpx(xds_bootstrap(self.xds.port, node_id=self.NODE))
+        self.xds.wait_ack("CDS", 0, node=self.NODE)
+        self.xds.wait_ack("LDS", 0, node=self.NODE)
+        self.assert_serving_tls()
+
+    def assert_serving_tls(self):
+        r = curl("https://a.example.com:%d/" % self.port, "--resolve",
+                 "a.example.com:%d:127.0.0.1" % self.port, "--cacert", self.pki.ca, timeout=20)
+        self.assertEqual(r.status, 200, r)
+        self.assertRegex(r.body, rb"^origin ssl=TLSv1\.[23]\n$")
+
+    def push(self, **changes):
+        files = dict(self.files)
+        files.update(changes)
+        return self.xds.write_resources("r.yaml", **files)
+
+    def test_a_cluster_transport_rpx_cannot_honour_is_nacked(self):
+        alts = {"name": "envoy.transport_sockets.alts"}
+        bad = self.tls_cluster()
+        bad["transport_socket"] = alts
+        version, error = self.xds.wait_nack("CDS", self.push(clusters=[bad]), node=self.NODE)
+        self.assertIn("Cluster 'origin'.transport_socket", error)
+        self.assertIn("transport socket 'envoy.transport_sockets.alts' is not supported", error)
+        self.assert_serving_tls()
+
+        # In transport_socket_matches (as Istio sends mTLS for some endpoints only).
+        bad = self.tls_cluster()
+        bad["transport_socket_matches"] = [{"name": "mtls", "match": {"tlsMode": "istio"},
+                                            "transport_socket": alts}]
+        version, error = self.xds.wait_nack("CDS", self.push(clusters=[bad]), node=self.NODE)
+        self.assertIn("Cluster 'origin'.transport_socket_matches[0]", error)
+        self.assertIn("envoy.transport_sockets.alts", error)
+        self.assert_serving_tls()
+
+        # A verification field rpx does not implement: refused, not verified less.
+        bad = self.tls_cluster(verify_certificate_hash=["00" * 32])
+        version, error = self.xds.wait_nack("CDS", self.push(clusters=[bad]), node=self.NODE)
+        self.assertIn("verify_certificate_hash", error)
+        self.assert_serving_tls()
+        status, body = self.proxy.admin("GET", "/config_summary")
+        self.assertIn(b"verify_certificate_hash", body)  # the last NACK, per type
+
+    def test_a_listener_transport_rpx_cannot_honour_is_nacked(self):
+        bad = self.tls_listener({"name": "envoy.transport_sockets.alts"})
+        version, error = self.xds.wait_nack("LDS", self.push(listeners=[bad]), node=self.NODE)
+        self.assertIn("Listener 'l'.filter_chains[0].transport_socket", error)
+        self.assertIn("is not supported", error)
+        self.assert_serving_tls()
+        # Cleartext on that port is still refused: the TLS chain in service stays.
+        r = curl("http://127.0.0.1:%d/" % self.port, timeout=20)
+        self.assertEqual(r.status, 0, r)
 
 
 class TlsWalkthroughTest(IntegrationTestCase):
