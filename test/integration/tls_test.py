@@ -368,6 +368,47 @@ class TlsTest(IntegrationTestCase):
         prefix = "listener.127.0.0.1_%d." % self.port
         self.assertGreaterEqual(self.proxy.stat(prefix + "ssl.connection_error"), 3)
 
+    def test_peer_certificate_facts_in_headers(self):
+        """%DOWNSTREAM_PEER_*%, %DOWNSTREAM_TLS_*% and %REQUESTED_SERVER_NAME% in
+        request_headers_to_add, as Envoy fills them from the client's certificate and the
+        connection."""
+        validation = {"validation_context": {"trusted_ca": {"filename": self.pki.ca}}}
+        facts = {"x-subject": "%DOWNSTREAM_PEER_SUBJECT%",
+                 "x-uri-san": "%DOWNSTREAM_PEER_URI_SAN%",
+                 "x-dns-san": "%DOWNSTREAM_PEER_DNS_SAN%",
+                 "x-fingerprint": "%DOWNSTREAM_PEER_FINGERPRINT_256%",
+                 "x-tls": "%DOWNSTREAM_TLS_VERSION% %DOWNSTREAM_TLS_CIPHER%",
+                 "x-sni": "%REQUESTED_SERVER_NAME%"}
+        vhost = virtual_host("all", ["*"], [route("/", "echo")])
+        vhost["request_headers_to_add"] = [{"header": {"key": k, "value": v}}
+                                           for k, v in facts.items()]
+        both = self.pki.cert("both", ["URI:spiffe://rpx/both", "DNS:client.example.com",
+                                      "DNS:alt.example.com"])
+        self.start([{"tls": downstream_tls([self.certs["a.example.com"]],
+                                           common_extra=validation)}],
+                   hcm_extra={"route_config": {"name": "r", "virtual_hosts": [vhost]}})
+        r = self.curl_https("a.example.com", "--cert", both[0], "--key", both[1], "--tlsv1.3",
+                            "--tls13-ciphers", "TLS_AES_128_GCM_SHA256")
+        self.assertEqual(r.status, 200, r)
+        seen = dict(r.json()["headers"])
+        self.assertEqual(seen.get("x-subject"), "CN=both")
+        self.assertEqual(seen.get("x-uri-san"), "spiffe://rpx/both")
+        self.assertEqual(seen.get("x-dns-san"), "client.example.com,alt.example.com")
+        fp = subprocess.run(["openssl", "x509", "-in", both[0], "-noout", "-fingerprint",
+                             "-sha256"], capture_output=True, text=True, check=True).stdout
+        self.assertEqual(seen.get("x-fingerprint"),
+                         fp.split("=", 1)[1].strip().replace(":", "").lower())
+        self.assertEqual(seen.get("x-tls"), "TLSv1.3 TLS_AES_128_GCM_SHA256")
+        self.assertEqual(seen.get("x-sni"), "a.example.com")
+        # Without a client certificate the peer facts are absent (Envoy leaves the header
+        # empty); the connection's own are there.
+        r = self.curl_https("a.example.com")
+        self.assertEqual(r.status, 200, r)
+        seen = dict(r.json()["headers"])
+        for k in ("x-subject", "x-uri-san", "x-dns-san", "x-fingerprint"):
+            self.assertIn(seen.get(k), (None, "", "-"), (k, seen))
+        self.assertTrue(seen.get("x-tls", "").startswith("TLSv1.3 "), seen)
+
     def test_x_forwarded_client_cert(self):
         validation = {"validation_context": {"trusted_ca": {"filename": self.pki.ca}}}
         tls = downstream_tls([self.certs["a.example.com"]], extra={
