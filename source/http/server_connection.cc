@@ -686,6 +686,16 @@ bool ServerConnection::PeerCertificate(PeerCertificateInfo* out) const {
   return static_cast<const TlsTransport&>(conn_->transport()).PeerCertificate(out);
 }
 
+bool ServerConnection::peer_certificate_presented() const {
+  if (conn_->plaintext()) return false;
+  return static_cast<const TlsTransport&>(conn_->transport()).has_peer_certificate();
+}
+
+bool ServerConnection::peer_certificate_validated() const {
+  if (conn_->plaintext()) return false;
+  return static_cast<const TlsTransport&>(conn_->transport()).peer_certificate_validated();
+}
+
 void ServerConnection::OnEvent(ConnectionEvent event) {
   if (event == ConnectionEvent::kConnected) {
     OnTransportConnected();

@@ -59,6 +59,8 @@ class ServerConnection : public ConnectionCallbacks,
   std::string remote_ip() const override;
   bool is_tls() const override { return !conn_->plaintext(); }
   bool PeerCertificate(PeerCertificateInfo* out) const override;
+  bool peer_certificate_presented() const override;
+  bool peer_certificate_validated() const override;
   std::string remote_address() const override;
   std::string local_address() const override;
   std::string requested_server_name() const override;

@@ -51,6 +51,10 @@ class ResponseEncoder {
   virtual bool is_tls() const = 0;
   // The client's TLS certificate (mTLS); false when there is none.
   virtual bool PeerCertificate(PeerCertificateInfo* out) const { return false; }
+  // Cheap facts for a route's tls_context match: the client sent a certificate, and it passed
+  // the listener's validation context.
+  virtual bool peer_certificate_presented() const { return false; }
+  virtual bool peer_certificate_validated() const { return false; }
   // Facts for access logs and header formatters ("" when unknown): "ip:port" of each end, the
   // SNI the client sent, the TLS version and cipher.
   virtual std::string remote_address() const { return ""; }

@@ -163,6 +163,10 @@ absl::Status BuildMatch(const RouteMatch& m, const FieldPath& path, RouteEntry* 
     r->query_params.push_back(std::move(qm));
   }
   r->grpc_only = m.has_grpc();
+  if (m.has_tls_context()) {
+    if (m.tls_context().has_presented()) r->tls_presented = m.tls_context().presented().value();
+    if (m.tls_context().has_validated()) r->tls_validated = m.tls_context().validated().value();
+  }
   return absl::OkStatus();
 }
 
@@ -472,8 +476,10 @@ bool HeaderMatch::MatchesValue(bool found, std::string_view value) const {
   return result != invert;
 }
 
-bool RouteEntry::Matches(const RequestHead& req, std::string_view path,
-                         std::string_view query) const {
+bool RouteEntry::Matches(const RequestHead& req, std::string_view path, std::string_view query,
+                         const DownstreamTlsFacts& tls) const {
+  if (tls_presented && *tls_presented != tls.presented) return false;
+  if (tls_validated && *tls_validated != tls.validated) return false;
   std::string lowered;
   std::string_view p = path;
   if (!case_sensitive && path_kind != PathKind::kRegex) {
@@ -622,6 +628,7 @@ absl::StatusOr<std::shared_ptr<const RouteTable>> RouteTable::Create(
       if (!rresp.ok()) return rresp.status();
       re.request_ops = std::move(*rreq);
       re.response_ops = std::move(*rresp);
+      if (re.tls_presented || re.tls_validated) t->matches_tls_ = true;
       entry->routes.push_back(std::move(re));
     }
     const VirtualHostEntry* raw = entry.get();
@@ -716,7 +723,8 @@ const VirtualHostEntry* RouteTable::FindVirtualHost(std::string_view host_in) co
   return vh ? vh : default_;
 }
 
-const RouteEntry* RouteTable::Route(const RequestHead& req, const VirtualHostEntry** vhost) const {
+const RouteEntry* RouteTable::Route(const RequestHead& req, const VirtualHostEntry** vhost,
+                                    const DownstreamTlsFacts& tls) const {
   const VirtualHostEntry* vh = FindVirtualHost(req.host);
   *vhost = vh;
   if (!vh) return nullptr;
@@ -727,7 +735,7 @@ const RouteEntry* RouteTable::Route(const RequestHead& req, const VirtualHostEnt
   for (const auto& r : vh->routes) {
     // Prefix matching sees the query string as Envoy does; other kinds see the path alone.
     std::string_view p = r.path_kind == RouteEntry::PathKind::kPrefix ? full : path;
-    if (r.Matches(req, p, query)) return &r;
+    if (r.Matches(req, p, query, tls)) return &r;
   }
   return nullptr;
 }

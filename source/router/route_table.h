@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -80,6 +81,12 @@ struct WeightedTarget {
   HeaderOps request_ops, response_ops;
 };
 
+// The client's certificate on the request's connection, for routes with a tls_context match.
+struct DownstreamTlsFacts {
+  bool presented = false;  // the client sent a certificate
+  bool validated = false;  // and it passed the listener's validation context
+};
+
 struct RouteEntry {
   // Match.
   enum class PathKind { kPrefix, kPath, kRegex, kSeparatedPrefix };
@@ -90,6 +97,8 @@ struct RouteEntry {
   std::vector<HeaderMatch> headers;
   std::vector<QueryParamMatch> query_params;
   bool grpc_only = false;
+  // tls_context: what the client's certificate must (true) or must not (false) be.
+  std::optional<bool> tls_presented, tls_validated;
 
   // Action.
   enum class Action { kCluster, kWeightedClusters, kRedirect, kDirectResponse };
@@ -121,8 +130,8 @@ struct RouteEntry {
 
   HeaderOps request_ops, response_ops;
 
-  bool Matches(const RequestHead& req, std::string_view path_no_query,
-               std::string_view query) const;
+  bool Matches(const RequestHead& req, std::string_view path_no_query, std::string_view query,
+               const DownstreamTlsFacts& tls = {}) const;
   // Picks a weighted target with `random` (any 64-bit value).
   const WeightedTarget& PickWeighted(uint64_t random) const;
   // The Location header for a redirect route.
@@ -145,7 +154,11 @@ class RouteTable {
   const std::string& name() const { return name_; }
   const VirtualHostEntry* FindVirtualHost(std::string_view host) const;
   // Returns the route for `req` (nullptr: no virtual host or no route; *vhost set if found).
-  const RouteEntry* Route(const RequestHead& req, const VirtualHostEntry** vhost) const;
+  // `tls` matters only to routes with a tls_context match (matches_tls()).
+  const RouteEntry* Route(const RequestHead& req, const VirtualHostEntry** vhost,
+                          const DownstreamTlsFacts& tls = {}) const;
+  // Some route matches on the client's certificate: the caller fills DownstreamTlsFacts.
+  bool matches_tls() const { return matches_tls_; }
   // Every cluster name any route may send to, with the field path that names it (for validation
   // against the cluster set).
   // (Computed on demand: the paths are only needed to report an error.)
@@ -160,6 +173,7 @@ class RouteTable {
   std::string name_;
   std::vector<std::unique_ptr<VirtualHostEntry>> vhosts_;
   absl::flat_hash_map<std::string, const VirtualHostEntry*> exact_;
+  bool matches_tls_ = false;
   bool exact_with_port_ = false;  // some exact domain has a ':' (a port): worth a lookup with it
   // Wildcards keyed by length of the literal part, longest first.
   std::map<size_t, absl::flat_hash_map<std::string, const VirtualHostEntry*>, std::greater<size_t>>

@@ -119,7 +119,12 @@ void RouterStream::OnRequestHeaders(RequestHead& head, bool end_stream) {
   request_complete_ = end_stream;
   HttpStats& stats = router_.stats();
   StreamInfo& info = encoder_.stream_info();
-  route_ = routes_->Route(head, &vhost_);
+  DownstreamTlsFacts tls;
+  if (routes_->matches_tls()) {
+    tls.presented = encoder_.peer_certificate_presented();
+    tls.validated = encoder_.peer_certificate_validated();
+  }
+  route_ = routes_->Route(head, &vhost_, tls);
   if (!route_) {
     stats.no_route.Inc();
     LocalReply(404, "no route matched this request\n", kNoRouteFound, "route_not_found");

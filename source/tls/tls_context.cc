@@ -227,9 +227,14 @@ int VerifyCallback(int ok, X509_STORE_CTX* store) {
   const TlsValidationOptions& v = ctx->validation();
   if (!ok) {
     int err = X509_STORE_CTX_get_error(store);
-    if (v.accept_untrusted || (v.allow_expired && (err == X509_V_ERR_CERT_HAS_EXPIRED ||
-                                                   err == X509_V_ERR_CRL_HAS_EXPIRED))) {
-      X509_STORE_CTX_set_error(store, X509_V_OK);
+    if (v.allow_expired &&
+        (err == X509_V_ERR_CERT_HAS_EXPIRED || err == X509_V_ERR_CRL_HAS_EXPIRED)) {
+      X509_STORE_CTX_set_error(store, X509_V_OK);  // still counts as validated
+      return 1;
+    }
+    if (v.accept_untrusted) {
+      // Let through, but the error stays the verify result: the certificate is presented, not
+      // validated (RouteMatch.tls_context.validated: false).
       return 1;
     }
     SetVerifyFailure(

@@ -272,4 +272,11 @@ bool TlsTransport::has_peer_certificate() const {
   return SSL_get0_peer_certificate(ssl_) != nullptr;
 }
 
+bool TlsTransport::peer_certificate_validated() const {
+  // A resumed session carries the result of the handshake that verified it.
+  return SSL_get0_peer_certificate(ssl_) != nullptr &&
+         (SSL_get_verify_mode(ssl_) & SSL_VERIFY_PEER) != 0 &&
+         SSL_get_verify_result(ssl_) == X509_V_OK;
+}
+
 }  // namespace rpx

@@ -56,6 +56,9 @@ class TlsTransport : public TransportSocket {
   std::string version() const;      // "TLSv1.3"
   std::string cipher() const;
   bool has_peer_certificate() const;
+  // The peer's certificate was checked against a validation context and passed (false without
+  // a certificate, without a CA to check it against, or when an override let it through).
+  bool peer_certificate_validated() const;
   // False when the peer sent no certificate.
   bool PeerCertificate(PeerCertificateInfo* out) const;
   // A new reference to the session, to offer on the next connection to the same host.

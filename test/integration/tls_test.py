@@ -409,6 +409,32 @@ class TlsTest(IntegrationTestCase):
             self.assertIn(seen.get(k), (None, "", "-"), (k, seen))
         self.assertTrue(seen.get("x-tls", "").startswith("TLSv1.3 "), seen)
 
+    def test_routes_by_client_certificate(self):
+        """RouteMatch.tls_context: a route for validated client certificates, one for clients
+        without a certificate, and the rest (presented, not validated: the listener accepts
+        untrusted ones here) falls through to a 403."""
+        validation = {"validation_context": {"trusted_ca": {"filename": self.pki.ca},
+                                             "trust_chain_verification": "ACCEPT_UNTRUSTED"}}
+
+        def direct(match, status, body):
+            m = {"prefix": "/"}
+            m.update(match)
+            return {"match": m, "direct_response": {"status": status,
+                                                    "body": {"inline_string": body}}}
+        vhost = {"name": "all", "domains": ["*"], "routes": [
+            direct({"tls_context": {"validated": True}}, 200, "validated"),
+            direct({"tls_context": {"presented": False}}, 200, "anonymous"),
+            direct({}, 403, "untrusted")]}
+        self.start([{"tls": downstream_tls([self.certs["a.example.com"]],
+                                           common_extra=validation)}],
+                   hcm_extra={"route_config": {"name": "r", "virtual_hosts": [vhost]}})
+        r = self.curl_https("a.example.com", "--cert", self.client[0], "--key", self.client[1])
+        self.assertEqual((r.status, r.body), (200, b"validated"), r)
+        r = self.curl_https("a.example.com")
+        self.assertEqual((r.status, r.body), (200, b"anonymous"), r)
+        r = self.curl_https("a.example.com", "--cert", self.stranger[0], "--key", self.stranger[1])
+        self.assertEqual((r.status, r.body), (403, b"untrusted"), r)
+
     def test_x_forwarded_client_cert(self):
         validation = {"validation_context": {"trusted_ca": {"filename": self.pki.ca}}}
         tls = downstream_tls([self.certs["a.example.com"]], extra={

@@ -251,6 +251,34 @@ virtual_hosts:
   EXPECT_EQ(ClusterFor(*t, Req("h", "/svc/M")), "plain");
 }
 
+TEST(RouteTableTest, TlsContextMatch) {
+  auto t = Build(R"(
+virtual_hosts:
+- name: v
+  domains: ["*"]
+  routes:
+  - {match: {prefix: "/", tls_context: {validated: true}}, route: {cluster: validated}}
+  - {match: {prefix: "/", tls_context: {presented: true}}, route: {cluster: presented}}
+  - {match: {prefix: "/", tls_context: {presented: false}}, route: {cluster: anonymous}}
+)");
+  ASSERT_TRUE(t);
+  EXPECT_TRUE(t->matches_tls());
+  auto cluster = [&](bool presented, bool validated) {
+    const VirtualHostEntry* vh;
+    const RouteEntry* r = t->Route(Req("h", "/"), &vh, DownstreamTlsFacts{presented, validated});
+    return r ? r->cluster : std::string("none");
+  };
+  EXPECT_EQ(cluster(true, true), "validated");
+  EXPECT_EQ(cluster(true, false), "presented");
+  EXPECT_EQ(cluster(false, false), "anonymous");
+  // A table without such a match does not ask for the facts.
+  auto plain = Build(R"(
+virtual_hosts: [{name: v, domains: ["*"], routes: [{match: {prefix: "/"}, route: {cluster: c}}]}]
+)");
+  ASSERT_TRUE(plain);
+  EXPECT_FALSE(plain->matches_tls());
+}
+
 TEST(RouteTableTest, WeightedClustersFollowWeights) {
   auto t = Build(R"(
 virtual_hosts:
