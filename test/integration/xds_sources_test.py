@@ -226,5 +226,64 @@ class PathSourcesTest(IntegrationTestCase):
                    what="rds.yaml replaced")
 
 
+
+class WatchedDirectoryTest(IntegrationTestCase):
+    """path_config_source.watched_directory with a Kubernetes ConfigMap's layout: the file is a
+    symlink through `..data`, and an update swaps `..data` to a new directory (a rename in the
+    watched directory; the file's own name never changes)."""
+
+    def setUp(self):
+        super().setUp()
+        self.root = make_tmpdir("rpx-it-cm-")
+        self.addCleanup(remove_tmpdir, self.root)
+        self.dir = os.path.join(self.root, "config")
+        os.mkdir(self.dir)
+        self.up = {n: self.start_echo(n) for n in ("A", "B")}
+        self.port = free_port()
+        self.generation = 0
+        self.publish({"lds.yaml": {"resources": [fs_listener(self.port)]},
+                      "cds.yaml": {"resources": [fs_cluster(self.up["A"].port)]}})
+        os.symlink("..data/lds.yaml", os.path.join(self.dir, "lds.yaml"))
+        os.symlink("..data/cds.yaml", os.path.join(self.dir, "cds.yaml"))
+
+        def source(name):
+            return {"path_config_source": {"path": os.path.join(self.dir, name),
+                                           "watched_directory": {"path": self.dir}},
+                    "resource_api_version": "V3"}
+        self.proxy = self.start_rpx({
+            "node": {"id": "cm", "cluster": "test"},
+            "admin": {"address": socket_address(free_port())},
+            "dynamic_resources": {"cds_config": source("cds.yaml"),
+                                  "lds_config": source("lds.yaml")}})
+
+    def publish(self, files):
+        """Writes `files` into a new timestamped directory and swaps ..data to it, as the
+        kubelet does."""
+        self.generation += 1
+        gen = "..2026_12_07_%02d" % self.generation
+        os.mkdir(os.path.join(self.dir, gen))
+        for name, doc in files.items():
+            with open(os.path.join(self.dir, gen, name), "w") as f:
+                f.write(to_yaml(doc))
+        tmp = os.path.join(self.dir, "..data_tmp")
+        os.symlink(gen, tmp)
+        os.rename(tmp, os.path.join(self.dir, "..data"))
+
+    def upstream(self):
+        r = curl("http://127.0.0.1:%d/x" % self.port)
+        self.assertEqual(r.status, 200, r)
+        return json.loads(r.body)["server"]
+
+    def test_a_symlink_swap_reloads(self):
+        self.assertEqual(self.upstream(), "A")
+        before = self.proxy.stat("control_plane.Cluster.update_success")
+        self.publish({"lds.yaml": {"resources": [fs_listener(self.port)]},
+                      "cds.yaml": {"version_info": "2",
+                                   "resources": [fs_cluster(self.up["B"].port)]}})
+        wait_until(lambda: self.proxy.stat("control_plane.Cluster.update_success") > before,
+                   timeout=10, what="the swapped ConfigMap applied")
+        self.assertEqual(self.upstream(), "B")
+        self.assertEqual(self.proxy.stat("control_plane.Cluster.update_rejected"), 0)
+
 if __name__ == "__main__":
     unittest.main()
