@@ -326,7 +326,9 @@ void Builder::BuildCluster(const Cluster& c, const std::string& path, ServerConf
             &info->socket_options);
     TryOptions(info->socket_options, family, bp);
   }
-  uint32_t max_connections = 1024, max_pending = 1024, max_requests = 1024;
+  uint32_t max_connections = 1024, max_pending = 1024, max_requests = 1024, max_retries = 3;
+  double budget_percent = -1;
+  uint32_t budget_min = 3;
   for (int i = 0; i < c.circuit_breakers().thresholds_size(); ++i) {
     const auto& t = c.circuit_breakers().thresholds(i);
     std::string tp = absl::StrCat(path, ".circuit_breakers.thresholds[", i, "]");
@@ -337,8 +339,19 @@ void Builder::BuildCluster(const Cluster& c, const std::string& path, ServerConf
     if (t.has_max_connections()) max_connections = t.max_connections().value();
     if (t.has_max_pending_requests()) max_pending = t.max_pending_requests().value();
     if (t.has_max_requests()) max_requests = t.max_requests().value();
+    if (t.has_max_retries()) max_retries = t.max_retries().value();
+    if (t.has_retry_budget()) {
+      const auto& b = t.retry_budget();
+      budget_percent = b.has_budget_percent() ? b.budget_percent().value() : 20.0;
+      if (budget_percent < 0 || budget_percent > 100) {
+        Error(tp + ".retry_budget.budget_percent", "must be within [0, 100]");
+      }
+      if (b.has_min_retry_concurrency()) budget_min = b.min_retry_concurrency().value();
+    }
   }
-  info->resources = std::make_shared<ClusterResources>(max_connections, max_pending, max_requests);
+  info->resources =
+      std::make_shared<ClusterResources>(max_connections, max_pending, max_requests, max_retries);
+  if (budget_percent >= 0) info->resources->SetRetryBudget(budget_percent, budget_min);
   auto apply_common = [&](const envoy::config::core::v3::HttpProtocolOptions& o) {
     if (o.has_idle_timeout()) info->idle_timeout_ms = Ms(o.idle_timeout());
     if (o.has_max_headers_count()) info->max_response_headers_count = o.max_headers_count().value();

@@ -338,6 +338,25 @@ const std::set<std::string>& Supported() {
       "envoy.config.route.v3.VirtualHost.request_headers_to_remove",
       "envoy.config.route.v3.VirtualHost.response_headers_to_add",
       "envoy.config.route.v3.VirtualHost.response_headers_to_remove",
+      "envoy.config.route.v3.VirtualHost.retry_policy",
+      "envoy.config.route.v3.VirtualHost.include_request_attempt_count",
+      "envoy.config.route.v3.VirtualHost.include_attempt_count_in_response",
+      "envoy.config.route.v3.VirtualHost.per_request_buffer_limit_bytes",
+      "envoy.config.route.v3.Route.per_request_buffer_limit_bytes",
+      "envoy.config.route.v3.RetryPolicy.retry_on",
+      "envoy.config.route.v3.RetryPolicy.num_retries",
+      "envoy.config.route.v3.RetryPolicy.per_try_timeout",
+      "envoy.config.route.v3.RetryPolicy.per_try_idle_timeout",
+      "envoy.config.route.v3.RetryPolicy.retry_host_predicate",
+      "envoy.config.route.v3.RetryPolicy.RetryHostPredicate.name",
+      "envoy.config.route.v3.RetryPolicy.RetryHostPredicate.typed_config",
+      "envoy.config.route.v3.RetryPolicy.host_selection_retry_max_attempts",
+      "envoy.config.route.v3.RetryPolicy.retriable_status_codes",
+      "envoy.config.route.v3.RetryPolicy.retry_back_off",
+      "envoy.config.route.v3.RetryPolicy.RetryBackOff.base_interval",
+      "envoy.config.route.v3.RetryPolicy.RetryBackOff.max_interval",
+      "envoy.config.route.v3.RetryPolicy.retriable_headers",
+      "envoy.config.route.v3.RetryPolicy.retriable_request_headers",
       "envoy.config.route.v3.Route.name",
       "envoy.config.route.v3.Route.match",
       "envoy.config.route.v3.Route.route",
@@ -379,6 +398,7 @@ const std::set<std::string>& Supported() {
       "envoy.config.route.v3.RouteAction.host_rewrite_literal",
       "envoy.config.route.v3.RouteAction.auto_host_rewrite",
       "envoy.config.route.v3.RouteAction.timeout",
+      "envoy.config.route.v3.RouteAction.retry_policy",
       "envoy.config.route.v3.WeightedCluster.clusters",
       "envoy.config.route.v3.WeightedCluster.total_weight",
       "envoy.config.route.v3.WeightedCluster.ClusterWeight.name",
@@ -438,6 +458,9 @@ const std::set<std::string>& Supported() {
       "envoy.config.cluster.v3.CircuitBreakers.Thresholds.max_pending_requests",
       "envoy.config.cluster.v3.CircuitBreakers.Thresholds.max_requests",
       "envoy.config.cluster.v3.CircuitBreakers.Thresholds.max_retries",
+      "envoy.config.cluster.v3.CircuitBreakers.Thresholds.retry_budget",
+      "envoy.config.cluster.v3.CircuitBreakers.Thresholds.RetryBudget.budget_percent",
+      "envoy.config.cluster.v3.CircuitBreakers.Thresholds.RetryBudget.min_retry_concurrency",
       "envoy.config.endpoint.v3.ClusterLoadAssignment.cluster_name",
       "envoy.config.endpoint.v3.ClusterLoadAssignment.endpoints",
       "envoy.config.endpoint.v3.LocalityLbEndpoints.locality",
@@ -458,15 +481,6 @@ const std::set<std::string>& Supported() {
       "http_protocol_options",
   };
   return *s;
-}
-
-// Why a well-known unsupported field is refused, where a plain "not supported" would not help.
-std::string Hint(const std::string& full) {
-  if (full == "envoy.config.route.v3.RouteAction.retry_policy" ||
-      full == "envoy.config.route.v3.VirtualHost.retry_policy") {
-    return " (retries are not implemented yet)";
-  }
-  return "";
 }
 
 // Fields a control plane may send that rpx can ignore without changing where requests go.
@@ -492,9 +506,7 @@ const std::set<std::string>& Ignorable() {
       "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager.via",
       "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager."
       "http2_protocol_options",
-      "envoy.config.route.v3.RouteAction.retry_policy",
       "envoy.config.route.v3.RouteAction.hash_policy",
-      "envoy.config.route.v3.VirtualHost.retry_policy",
       "envoy.config.core.v3.HttpProtocolOptions.headers_with_underscores_action",
       "envoy.config.core.v3.Node.client_features",
   };
@@ -537,9 +549,8 @@ void Check(const Message& msg, const std::string& prefix, const FieldPath& path,
       continue;
     }
     if (!SupportedSet().contains(f)) {
-      std::string full = absl::StrCat(d->full_name(), ".", f->name());
       errors->push_back(absl::StrCat(prefix, fpath.str(), ": field '", f->name(), "' of ",
-                                     d->full_name(), " is not supported by rpx", Hint(full)));
+                                     d->full_name(), " is not supported by rpx"));
       continue;
     }
     if (f->cpp_type() != FieldDescriptor::CPPTYPE_MESSAGE) continue;

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "source/common/field_path.h"
+#include "source/router/retry_state.h"
 
 namespace rpx {
 namespace {
@@ -608,6 +609,16 @@ absl::StatusOr<std::shared_ptr<const RouteTable>> RouteTable::Create(
     if (!vresp.ok()) return vresp.status();
     entry->request_ops = std::move(*vreq);
     entry->response_ops = std::move(*vresp);
+    entry->include_request_attempt_count = vh.include_request_attempt_count();
+    entry->include_attempt_count_in_response = vh.include_attempt_count_in_response();
+    std::shared_ptr<const RetryPolicy> vh_retry;
+    if (vh.has_retry_policy()) {
+      auto p = RetryPolicy::Create(vh.retry_policy(), FieldPath(vp, "retry_policy").str());
+      if (!p.ok()) return p.status();
+      vh_retry = std::move(*p);
+    }
+    uint32_t vh_buffer_limit =
+        vh.has_per_request_buffer_limit_bytes() ? vh.per_request_buffer_limit_bytes().value() : 0;
     entry->routes.reserve(vh.routes_size());
     for (int r = 0; r < vh.routes_size(); ++r) {
       const auto& route = vh.routes(r);
@@ -629,6 +640,17 @@ absl::StatusOr<std::shared_ptr<const RouteTable>> RouteTable::Create(
       re.request_ops = std::move(*rreq);
       re.response_ops = std::move(*rresp);
       if (re.tls_presented || re.tls_validated) t->matches_tls_ = true;
+      if (route.has_route() && route.route().has_retry_policy()) {
+        auto p = RetryPolicy::Create(route.route().retry_policy(),
+                                     FieldPath(FieldPath(rp, "route"), "retry_policy").str());
+        if (!p.ok()) return p.status();
+        re.retry = std::move(*p);
+      } else if (route.has_route()) {
+        re.retry = vh_retry;
+      }
+      re.buffer_limit = route.has_per_request_buffer_limit_bytes()
+                            ? route.per_request_buffer_limit_bytes().value()
+                            : vh_buffer_limit;
       entry->routes.push_back(std::move(re));
     }
     const VirtualHostEntry* raw = entry.get();

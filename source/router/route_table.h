@@ -82,6 +82,8 @@ struct WeightedTarget {
 };
 
 // The client's certificate on the request's connection, for routes with a tls_context match.
+struct RetryPolicy;
+
 struct DownstreamTlsFacts {
   bool presented = false;  // the client sent a certificate
   bool validated = false;  // and it passed the listener's validation context
@@ -114,6 +116,11 @@ struct RouteEntry {
   // idle_timeout: overrides the listener's stream_idle_timeout for this route (0: disabled).
   bool has_idle_timeout = false;
   uint64_t idle_timeout_ms = 0;
+  // retry_policy: the route's, else its virtual host's (Envoy: the route's replaces it whole).
+  std::shared_ptr<const RetryPolicy> retry;
+  // per_request_buffer_limit_bytes (the route's, else the virtual host's; 0: the listener's):
+  // how much of a request body is held to send again on a retry.
+  uint32_t buffer_limit = 0;
   // upgrade_configs: per-route on/off for upgrade types the listener lists (lower case).
   std::vector<std::pair<std::string, bool>> upgrade_overrides;
 
@@ -142,6 +149,8 @@ struct VirtualHostEntry {
   std::string name;
   std::vector<RouteEntry> routes;
   HeaderOps request_ops, response_ops;
+  bool include_request_attempt_count = false;      // x-envoy-attempt-count upstream
+  bool include_attempt_count_in_response = false;  // and downstream
 };
 
 class RouteTable {

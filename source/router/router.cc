@@ -2,12 +2,16 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "source/common/free_blocks.h"
 #include "source/common/logger.h"
+#include "source/router/retry_state.h"
 #include "source/upstream/conn_pool.h"
 
 namespace rpx {
@@ -42,7 +46,25 @@ class RouterStream final : public StreamHandler, public PoolCallbacks, public Re
   }
 
  private:
+  // Picks the host (and its pool) for an attempt; a retry avoids the hosts tried before when the
+  // policy asks. Null after a local reply when there is none.
+  ConnPool* SelectPool(RequestHead& head);
   void RewriteRequest(RequestHead& head, const VirtualHostEntry& vh, const WeightedTarget* wt);
+  // x-envoy-* retry headers are honoured from clients rpx trusts: those behind it when it is
+  // not the edge (use_remote_address false), or internal addresses (Envoy's rule).
+  bool HonourEnvoyHeaders() const;
+  // After an attempt failed in a way `retriable` says retry_on covers: true if another attempt
+  // is on its way (after a backoff), false if the failure stands (no retry left, the body is no
+  // longer held whole, a response byte already went out, or the cluster's retry limit).
+  bool MaybeRetry(bool retriable);
+  void OnRetryTimer();
+  void OnPerTryIdleTimeout();
+  void OnAttemptTimeout();
+  void StartPerTryTimer();
+  // Gives up the retry slot an attempt held, once that attempt has an outcome.
+  void ReleaseRetrySlot();
+  // Sends `data` upstream, keeping it for a retry while the body fits the buffer limit.
+  void SendBody(const char* data, size_t len, bool end_stream);
   // x-forwarded-client-cert as the connection manager's settings say.
   void ForwardClientCert(const HttpConfig& config, HeaderMap& h);
   void StartRouteTimer();
@@ -84,6 +106,27 @@ class RouterStream final : public StreamHandler, public PoolCallbacks, public Re
   bool tunnel_ = false;             // the upstream switched protocols (101)
   bool upstream_timed_ = false;     // upstream_rq_time recorded
   uint64_t upstream_start_ms_ = 0;  // the dispatcher's clock when the upstream request began
+  // Retries: allocated only for requests a retry policy (or x-envoy-retry-on) covers, so the
+  // others pay one null check.
+  struct Retries {
+    Retries(RouterStream* s, std::unique_ptr<RetryState> st)
+        : state(std::move(st)),
+          timer(s->router_.dispatcher(), s),
+          idle_timer(s->router_.dispatcher(), s) {}
+    std::unique_ptr<RetryState> state;
+    // The cluster's shared limits, for the request and retry slots: during a backoff no pool is
+    // held (an endpoint update may free it), so they are not reached through one.
+    std::shared_ptr<ClusterResources> resources;
+    Buffer held;               // the request body sent so far, sent again by a retry
+    bool body_whole = true;    // `held` is all of it (false once it outgrew the buffer limit)
+    bool slot = false;         // one of the cluster's retry slots is held
+    bool backing_off = false;  // `timer` is the backoff before a retry, else the per-try timeout
+    std::vector<const Host*> tried;  // hosts of earlier attempts
+    MemberTimer<RouterStream, &RouterStream::OnRetryTimer> timer;
+    MemberTimer<RouterStream, &RouterStream::OnPerTryIdleTimeout> idle_timer;
+  };
+  std::unique_ptr<Retries> retries_;
+  uint32_t attempt() const { return retries_ ? retries_->state->attempt() : 1; }
   void RecordUpstreamTime() {
     if (upstream_timed_ || !cluster_) return;
     upstream_timed_ = true;
@@ -186,6 +229,10 @@ void RouterStream::OnRequestHeaders(RequestHead& head, bool end_stream) {
     return;
   }
   ClusterStats& cstats = cluster_->stats();
+  if (!upgrade_ && (route_->retry || head.headers.Get("x-envoy-retry-on"))) {
+    auto state = RetryState::Create(route_->retry.get(), head, HonourEnvoyHeaders());
+    if (state) retries_ = std::make_unique<Retries>(this, std::move(state));
+  }
   pool_ = cluster_->ChoosePool(router_.random().Next());
   if (!pool_) {
     LocalReply(503, "no healthy upstream\n", kNoHealthyUpstream, "no_healthy_upstream");
@@ -198,25 +245,11 @@ void RouterStream::OnRequestHeaders(RequestHead& head, bool end_stream) {
     return;
   }
   request_resource_ = true;
+  if (retries_) retries_->resources = pool_->cluster().resources;
   RewriteRequest(head, *vhost_, weighted_);
   if (pool_->cluster().auto_sni) {
-    // The SNI is the host the request now names (after rewrites), or a header's value.
-    const ClusterInfo& info = pool_->cluster();
-    std::string_view sni = head.host;
-    if (!info.override_auto_sni_header.empty()) {
-      if (auto v = head.headers.Get(info.override_auto_sni_header); v && !v->empty()) sni = *v;
-    }
-    if (!sni.empty() && sni.front() == '[') {
-      sni = sni.substr(1, sni.find(']') - 1);  // an IPv6 literal, without brackets and port
-    } else if (size_t colon = sni.rfind(':'); colon != std::string_view::npos) {
-      sni = sni.substr(0, colon);
-    }
-    ConnPool* p = cluster_->PoolForSni(pool_, sni);
-    if (!p) {
-      LocalReply(503, "upstream overflow: too many distinct SNI names in use for this host\n",
-                 kUpstreamOverflow, "overflow");
-      return;
-    }
+    ConnPool* p = SelectPool(head);
+    if (!p) return;
     pool_ = p;
   }
   if (head.expect_continue) {
@@ -226,6 +259,52 @@ void RouterStream::OnRequestHeaders(RequestHead& head, bool end_stream) {
   if (end_stream) StartRouteTimer();
   upstream_start_ms_ = router_.dispatcher().NowMs();
   pending_ = pool_->NewStream(*this);
+}
+
+ConnPool* RouterStream::SelectPool(RequestHead& head) {
+  ConnPool* p = pool_;
+  if (retries_ && retries_->state->attempt() > 1) {
+    // A retry: another host, avoiding the ones tried when the policy says so.
+    Retries& r = *retries_;
+    auto tried = [&r](ConnPool* c) {
+      return std::find(r.tried.begin(), r.tried.end(), &c->host()) != r.tried.end();
+    };
+    p = cluster_->ChoosePool(router_.random().Next());
+    for (uint32_t i = 0;
+         p && r.state->avoid_previous_hosts() && tried(p) && i < r.state->host_selection_attempts();
+         ++i) {
+      p = cluster_->ChoosePool(router_.random().Next());
+    }
+    if (!p) {
+      LocalReply(503, "no healthy upstream\n", kNoHealthyUpstream, "no_healthy_upstream");
+      return nullptr;
+    }
+    if (route_->auto_host_rewrite && !p->host().hostname.empty()) {
+      head.host = p->host().hostname;
+      head.headers.Set("host", head.host);
+    }
+  }
+  if (p->cluster().auto_sni) {
+    // The SNI is the host the request now names (after rewrites), or a header's value.
+    const ClusterInfo& info = p->cluster();
+    std::string_view sni = head.host;
+    if (!info.override_auto_sni_header.empty()) {
+      if (auto v = head.headers.Get(info.override_auto_sni_header); v && !v->empty()) sni = *v;
+    }
+    if (!sni.empty() && sni.front() == '[') {
+      sni = sni.substr(1, sni.find(']') - 1);  // an IPv6 literal, without brackets and port
+    } else if (size_t colon = sni.rfind(':'); colon != std::string_view::npos) {
+      sni = sni.substr(0, colon);
+    }
+    ConnPool* sni_pool = cluster_->PoolForSni(p, sni);
+    if (!sni_pool) {
+      LocalReply(503, "upstream overflow: too many distinct SNI names in use for this host\n",
+                 kUpstreamOverflow, "overflow");
+      return nullptr;
+    }
+    p = sni_pool;
+  }
+  return p;
 }
 
 void RouterStream::RewriteRequest(RequestHead& head, const VirtualHostEntry& vh,
@@ -325,7 +404,8 @@ void RouterStream::OnRequestData(const char* data, size_t len, bool end_stream) 
     StartRouteTimer();
   }
   if (client_) {
-    client_->SendData(data, len, end_stream);
+    SendBody(data, len, end_stream);
+    if (end_stream) StartPerTryTimer();
     return;
   }
   body_.Append(data, len);
@@ -342,10 +422,18 @@ void RouterStream::OnPoolReady(UpstreamClient& client) {
     SocketAddress a = SocketAddress::LocalOf(client.fd());
     if (a.len) encoder_.stream_info().upstream_local_address = a.ToString();
   }
+  if (vhost_->include_request_attempt_count) {
+    head_->headers.Set("x-envoy-attempt-count", std::to_string(attempt()));
+  }
   client.StartRequest(this, *head_);
+  if (retries_ && retries_->state->attempt() > 1 && !retries_->held.empty()) {
+    // A retry: first what the earlier attempts sent.
+    bool end = request_complete_ && body_.empty();
+    client.SendData(retries_->held.data(), retries_->held.size(), end);
+  }
   if (!body_.empty() || request_complete_) {
-    if (!body_.empty() || head_->has_body()) {
-      client.SendData(body_.data(), body_.size(), request_complete_);
+    if (!body_.empty() || (head_->has_body() && (!retries_ || retries_->held.empty()))) {
+      SendBody(body_.data(), body_.size(), request_complete_);
     }
     body_.Clear();
   }
@@ -353,10 +441,132 @@ void RouterStream::OnPoolReady(UpstreamClient& client) {
     downstream_paused_by_buffer_ = false;
     encoder_.ReadDisable(false);
   }
+  if (retries_) {
+    if (request_complete_) StartPerTryTimer();
+    if (uint64_t idle = retries_->state->per_try_idle_timeout_ms())
+      retries_->idle_timer.Enable(idle);
+  }
+}
+
+void RouterStream::SendBody(const char* data, size_t len, bool end_stream) {
+  client_->SendData(data, len, end_stream);
+  if (!retries_ || !retries_->body_whole || len == 0) return;
+  Retries& r = *retries_;
+  uint32_t limit = route_->buffer_limit ? route_->buffer_limit : router_.config().buffer_limit;
+  if (r.held.size() + len > limit) {
+    // Too large to send again: this request is no longer retried (Envoy's rule).
+    r.body_whole = false;
+    r.held.Clear();
+    return;
+  }
+  r.held.Append(data, len);
+}
+
+void RouterStream::StartPerTryTimer() {
+  if (!retries_ || !client_ || retries_->backing_off) return;
+  if (uint64_t ms = retries_->state->per_try_timeout_ms()) retries_->timer.Enable(ms);
+}
+
+bool RouterStream::HonourEnvoyHeaders() const {
+  if (!router_.config().use_remote_address) return true;
+  std::string ip = encoder_.remote_ip();
+  // Loopback and private addresses (RFC 1918, RFC 4193), Envoy's classic internal ones.
+  if (absl::StartsWith(ip, "127.") || ip == "::1" || absl::StartsWith(ip, "10.") ||
+      absl::StartsWith(ip, "192.168.") || absl::StartsWith(ip, "fc") ||
+      absl::StartsWith(ip, "fd")) {
+    return true;
+  }
+  if (absl::StartsWith(ip, "172.")) {
+    int second = atoi(ip.c_str() + 4);
+    return second >= 16 && second <= 31;
+  }
+  return false;
+}
+
+void RouterStream::ReleaseRetrySlot() {
+  if (!retries_ || !retries_->slot) return;
+  retries_->slot = false;
+  retries_->resources->ReleaseRetry();
+}
+
+bool RouterStream::MaybeRetry(bool retriable) {
+  if (!retries_ || !retriable || done_ || encoder_.response_started()) return false;
+  Retries& r = *retries_;
+  ClusterStats& cs = cluster_->stats();
+  if (!r.body_whole) return false;
+  if (!r.state->retries_left()) {
+    cs.upstream_rq_retry_limit_exceeded.Inc();
+    return false;
+  }
+  if (!r.resources->TryAcquireRetry()) {
+    cs.upstream_rq_retry_overflow.Inc();
+    return false;
+  }
+  r.slot = true;
+  cs.upstream_rq_retry.Inc();
+  r.tried.push_back(&pool_->host());
+  r.idle_timer.Disable();
+  r.backing_off = true;
+  // No pool is held while waiting (pool_ may be freed by an endpoint update); the cluster is
+  // kept until the wait ends.
+  pool_ = nullptr;
+  encoder_.stream_info().upstream_address = nullptr;
+  cluster_->RetryWaitStarted();
+  r.timer.Enable(r.state->TakeRetry(router_.random().Next()));
+  return true;
+}
+
+void RouterStream::OnRetryTimer() {
+  if (done_) return;
+  Retries& r = *retries_;
+  if (!r.backing_off) {
+    OnAttemptTimeout();  // per_try_timeout
+    return;
+  }
+  r.backing_off = false;
+  cluster_->RetryWaitEnded();
+  ConnPool* p = SelectPool(*head_);
+  if (!p) return;
+  pool_ = p;
+  encoder_.stream_info().upstream_address = &pool_->host().address;
+  upstream_start_ms_ = router_.dispatcher().NowMs();
+  pending_ = pool_->NewStream(*this);
+}
+
+void RouterStream::OnPerTryIdleTimeout() { OnAttemptTimeout(); }
+
+void RouterStream::OnAttemptTimeout() {
+  if (done_) return;
+  Retries& r = *retries_;
+  r.timer.Disable();
+  r.idle_timer.Disable();
+  cluster_->stats().upstream_rq_per_try_timeout.Inc();
+  ReleaseRetrySlot();
+  if (client_) {
+    client_->host_stats().rq_timeout.Inc();
+    UpstreamClient* c = client_;
+    client_ = nullptr;
+    c->Reset();
+  }
+  if (MaybeRetry(r.state->RetriableFailure(RetryState::Failure::kPerTryTimeout))) return;
+  encoder_.stream_info().response_flags |= kUpstreamRequestTimeout;
+  if (encoder_.response_started()) {
+    done_ = true;
+    Cleanup();
+    encoder_.ResetStream();
+    return;
+  }
+  LocalReply(504, "upstream request timeout\n", 0, "upstream_per_try_timeout");
 }
 
 void RouterStream::OnPoolFailure(PoolFailure reason, const std::string& detail) {
   pending_ = nullptr;
+  ReleaseRetrySlot();
+  if ((reason == PoolFailure::kConnectFailure || reason == PoolFailure::kConnectTimeout) &&
+      retries_ &&
+      MaybeRetry(retries_->state->RetriableFailure(RetryState::Failure::kConnectFailure))) {
+    return;
+  }
   switch (reason) {
     case PoolFailure::kOverflow:
       LocalReply(503, detail + "\n", kUpstreamOverflow, "overflow");
@@ -394,6 +604,24 @@ void RouterStream::OnResponseHeaders(ResponseHead& head, bool end_stream) {
     HostStats& hs = client_->host_stats();
     (s >= 500 ? hs.rq_error : hs.rq_success).Inc();
   }
+  if (retries_) {
+    Retries& r = *retries_;
+    r.timer.Disable();  // per_try_timeout: this attempt answered
+    ReleaseRetrySlot();
+    if (s != 101 && MaybeRetry(r.state->RetriableResponse(s, head.headers))) {
+      UpstreamClient* c = client_;  // the answer is dropped; the retry replaces it
+      client_ = nullptr;
+      if (c) c->Reset();
+      return;
+    }
+    if (r.state->attempt() > 1) cs.upstream_rq_retry_success.Inc();
+    if (uint64_t idle = r.state->per_try_idle_timeout_ms()) r.idle_timer.Enable(idle);
+    if (vhost_->include_attempt_count_in_response) {
+      head.headers.Set("x-envoy-attempt-count", std::to_string(r.state->attempt()));
+    }
+  } else if (vhost_->include_attempt_count_in_response) {
+    head.headers.Set("x-envoy-attempt-count", "1");
+  }
   std::string upgrade;
   if (s == 101) {
     // Only reached for an upgrade rpx asked for (the upstream client refuses any other 101).
@@ -417,6 +645,10 @@ void RouterStream::OnResponseHeaders(ResponseHead& head, bool end_stream) {
 
 void RouterStream::OnResponseData(const char* data, size_t len, bool end_stream) {
   if (done_) return;
+  if (retries_ && !end_stream) {
+    if (uint64_t idle = retries_->state->per_try_idle_timeout_ms())
+      retries_->idle_timer.Enable(idle);
+  }
   if (end_stream) {
     RecordUpstreamTime();
     // The upstream connection goes back to its pool; nothing more to do with it.
@@ -432,6 +664,12 @@ void RouterStream::OnUpstreamReset(UpstreamResetReason reason, const std::string
   if (client_ && !done_) client_->host_stats().rq_error.Inc();
   client_ = nullptr;
   if (done_) return;
+  if (retries_) {
+    retries_->timer.Disable();
+    retries_->idle_timer.Disable();
+    ReleaseRetrySlot();
+    if (MaybeRetry(retries_->state->RetriableFailure(RetryState::Failure::kReset))) return;
+  }
   StreamInfo& info = encoder_.stream_info();
   bool protocol = reason == UpstreamResetReason::kProtocolError;
   info.response_flags |= protocol ? kUpstreamProtocolError : kUpstreamConnectionTermination;
@@ -463,6 +701,15 @@ void RouterStream::OnDownstreamReset() {
 
 void RouterStream::Cleanup() {
   route_timer_.Disable();
+  if (retries_) {
+    retries_->timer.Disable();
+    retries_->idle_timer.Disable();
+    ReleaseRetrySlot();
+    if (retries_->backing_off) {
+      retries_->backing_off = false;
+      cluster_->RetryWaitEnded();
+    }
+  }
   if (pending_) {
     pool_->Cancel(pending_);
     pending_ = nullptr;
@@ -474,7 +721,7 @@ void RouterStream::Cleanup() {
   }
   if (request_resource_) {
     request_resource_ = false;
-    pool_->cluster().resources->ReleaseRequest();
+    (retries_ ? *retries_->resources : *pool_->cluster().resources).ReleaseRequest();
   }
 }
 

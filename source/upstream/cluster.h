@@ -71,8 +71,18 @@ inline void CarryHostStats(const HostSet* prev, const HostSet& next) {
 // Envoy's circuit breakers (default priority), counted across all workers.
 class ClusterResources {
  public:
-  ClusterResources(uint32_t max_connections, uint32_t max_pending, uint32_t max_requests)
-      : max_connections_(max_connections), max_pending_(max_pending), max_requests_(max_requests) {}
+  ClusterResources(uint32_t max_connections, uint32_t max_pending, uint32_t max_requests,
+                   uint32_t max_retries = 3)
+      : max_connections_(max_connections),
+        max_pending_(max_pending),
+        max_requests_(max_requests),
+        max_retries_(max_retries) {}
+  // A retry_budget replaces max_retries: retries may be `percent` of the requests active and
+  // pending, and never fewer than `min_concurrency`.
+  void SetRetryBudget(double percent, uint32_t min_concurrency) {
+    budget_percent_ = percent;
+    budget_min_ = min_concurrency;
+  }
   // A pool starved for slots (see starved_workers) may take any free slot. Other pools leave one
   // free slot per starved pool: a slot given back for a starved pool must reach it, not be taken
   // again by the pool that gave it back when its next request comes in first (slots then
@@ -86,6 +96,18 @@ class ClusterResources {
   void ReleasePending() { pending_.fetch_sub(1, std::memory_order_relaxed); }
   bool TryAcquireRequest() { return TryAcquire(requests_, max_requests_); }
   void ReleaseRequest() { requests_.fetch_sub(1, std::memory_order_relaxed); }
+  // Retries in flight (from the decision to retry to the end of that attempt), across workers.
+  bool TryAcquireRetry() {
+    int64_t limit = max_retries_;
+    if (budget_percent_ >= 0) {
+      int64_t active =
+          requests_.load(std::memory_order_relaxed) + pending_.load(std::memory_order_relaxed);
+      limit = std::max<int64_t>(budget_min_, static_cast<int64_t>(active * budget_percent_ / 100));
+    }
+    return TryAcquire(retries_, limit);
+  }
+  void ReleaseRetry() { retries_.fetch_sub(1, std::memory_order_relaxed); }
+  int64_t retries() const { return retries_.load(std::memory_order_relaxed); }
   int64_t connections() const { return connections_.load(std::memory_order_relaxed); }
   int64_t pending() const { return pending_.load(std::memory_order_relaxed); }
   uint32_t max_connections() const { return max_connections_; }
@@ -129,8 +151,10 @@ class ClusterResources {
     }
     return false;
   }
-  const uint32_t max_connections_, max_pending_, max_requests_;
-  std::atomic<int64_t> connections_{0}, pending_{0}, requests_{0};
+  const uint32_t max_connections_, max_pending_, max_requests_, max_retries_;
+  double budget_percent_ = -1;  // < 0: no retry budget (max_retries applies)
+  uint32_t budget_min_ = 3;
+  std::atomic<int64_t> connections_{0}, pending_{0}, requests_{0}, retries_{0};
   std::mutex mu_;
   std::map<uint32_t, std::function<void()>> reclaimers_;
 };
@@ -149,6 +173,11 @@ struct alignas(64) ClusterStats {
   Counter upstream_rq_pending_total;
   Gauge upstream_rq_pending_active;
   Counter upstream_rq_pending_overflow;
+  Counter upstream_rq_retry;                 // retries made
+  Counter upstream_rq_retry_success;         // retried requests that ended with a response
+  Counter upstream_rq_retry_overflow;        // retries not made: max_retries or the budget
+  Counter upstream_rq_retry_limit_exceeded;  // a retriable failure with no retry left
+  Counter upstream_rq_per_try_timeout;
   Counter upstream_rq_timeout;
   Counter upstream_rq_reset;
   Counter upstream_cx_kept_after_reset;  // abandoned responses read to the end, connection reused

@@ -167,6 +167,7 @@ bool WorkerCluster::ReclaimIdle(ConnPool* requester) {
 }
 
 bool WorkerCluster::idle() const {
+  if (retries_waiting_ > 0) return false;
   for (const auto& p : pools_) {
     if (!p.pool->idle()) return false;
     for (const auto& [sni, sp] : p.by_sni) {

@@ -41,6 +41,10 @@ class WorkerCluster {
   void Update(const ClusterEntry& entry);
   // Pools and in-flight requests still in use (a removed cluster waits for zero to be freed).
   bool idle() const;
+  // A request waiting out a retry backoff holds no pool but still uses this cluster: while any
+  // does, a removed cluster is not freed.
+  void RetryWaitStarted() { ++retries_waiting_; }
+  void RetryWaitEnded() { --retries_waiting_; }
   void Drain();
 
  private:
@@ -63,6 +67,7 @@ class WorkerCluster {
   std::vector<std::unique_ptr<ConnPool>> draining_;
   std::vector<uint32_t> schedule_;  // weighted round-robin order (indexes into pools_)
   size_t rr_next_ = 0;
+  uint32_t retries_waiting_ = 0;
   // Lets callbacks posted from other workers check that this object still exists.
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };

@@ -1282,11 +1282,43 @@ class _EchoHandler(http.server.BaseHTTPRequestHandler):
             owner.requests.append(record)
             record["index"] = len(owner.requests)
             owner.in_flight += 1
+            # Failures on cue: the whole upstream (fail), every other request (alternate), or
+            # the first N requests of a /flaky/KEY/N/MODE path.
+            mode = owner.fail
+            if mode is None and owner.alternate and record["index"] % 2 == 1:
+                mode = owner.alternate
+            if mode is None and len(parts) >= 4 and parts[0] == "flaky":
+                seen = owner.flaky.get(parts[1], 0)
+                owner.flaky[parts[1]] = seen + 1
+                if seen < int(parts[2]):
+                    mode = parts[3]
         try:
-            self._route(bare, record)
+            if mode is not None:
+                self._fail(mode)
+            else:
+                self._route(bare, record)
         finally:
             with owner.lock:
                 owner.in_flight -= 1
+
+    def _fail(self, mode):
+        """One failure: a status code ("503"), "reset" (closes without answering), "partial"
+        (a head and half the body, then closes), "stall" (answers nothing for 30 s)."""
+        if mode == "reset":
+            self.close_connection = True
+        elif mode == "partial":
+            self.send_response(200)
+            self.send_header("Content-Length", "100")
+            self.end_headers()
+            self._write(b"x" * 50)
+            self.close_connection = True
+        elif mode == "stall":
+            self._sleep(30)
+            self.close_connection = True
+        else:
+            code = int(mode)
+            self._send(code, b"status %d from %s\n" % (code, self.server.owner.name.encode()),
+                       "text/plain", [("X-Failed", "1")])
 
     def _route(self, bare, record):
         parts = bare.strip("/").split("/")
@@ -1381,10 +1413,16 @@ class EchoUpstream(object):
       /truncate/N Content-Length N, sends N/2 bytes, closes
       /stall/S    Content-Length 100, sends 10 bytes, stalls S seconds
       /slowread/S waits S seconds before reading the request body, then echoes
+      /flaky/KEY/N/MODE  the first N requests with this KEY fail as MODE says (see _fail), the
+                  rest are served as the path after MODE says
+    Set `fail` to a mode to fail every request, `alternate` to fail every other one.
     """
 
     def __init__(self, name="echo", keepalive_timeout=30.0):
         self.name = name
+        self.fail = None
+        self.alternate = None
+        self.flaky = {}
         self.keepalive_timeout = keepalive_timeout
         self.tracker = _ConnTracker()
         self.lock = threading.Lock()
