@@ -231,6 +231,8 @@ class Builder {
   bool UpstreamTransport(const envoy::config::core::v3::TransportSocket& ts,
                          const std::string& path, ClusterInfo* info, ClusterInfo::Transport* out);
   // The type of a transport socket's typed_config ("" if none).
+  std::shared_ptr<const HealthCheckConfig> HealthCheck(
+      const envoy::config::core::v3::HealthCheck& h, const std::string& path);
   static std::string TransportType(const envoy::config::core::v3::TransportSocket& ts);
   const BuildOptions& options_;
   std::vector<std::string>* errors_;
@@ -295,6 +297,22 @@ void Builder::BuildCluster(const Cluster& c, const std::string& path, ServerConf
       Error(path + ".lb_policy",
             absl::StrCat("lb_policy ", Cluster::LbPolicy_Name(c.lb_policy()),
                          " is not supported (ROUND_ROBIN, LEAST_REQUEST and RANDOM are)"));
+  }
+  if (c.has_common_lb_config() && c.common_lb_config().has_healthy_panic_threshold()) {
+    double t = c.common_lb_config().healthy_panic_threshold().value();
+    if (t < 0 || t > 100) {
+      Error(path + ".common_lb_config.healthy_panic_threshold", "must be within [0, 100]");
+    }
+    info->panic_threshold = t;
+  }
+  if (c.health_checks_size() > 1) {
+    Error(path + ".health_checks", "one health check per cluster is supported");
+  } else if (c.health_checks_size() == 1) {
+    auto hc = HealthCheck(c.health_checks(0), path + ".health_checks[0]");
+    if (hc) {
+      info->health_check = std::move(hc);
+      info->health = std::make_shared<ClusterHealth>();
+    }
   }
   if (c.has_connect_timeout()) {
     info->connect_timeout_ms = Ms(c.connect_timeout());
@@ -401,6 +419,15 @@ void Builder::BuildCluster(const Cluster& c, const std::string& path, ServerConf
     }
     UpstreamTransport(m.transport_socket(), mp + ".transport_socket", info.get(), &t);
     info->transport_matches.push_back(std::move(t));
+  }
+  if (info->health_check) {
+    bool tls = info->transport.tls_required;
+    for (const auto& t : info->transport_matches) tls |= t.tls_required;
+    if (tls) {
+      Error(path + ".health_checks[0]",
+            "health checks of a TLS cluster are not implemented yet (probes would go in "
+            "cleartext)");
+    }
   }
   std::string upo = path + ".typed_extension_protocol_options.upstream_http_protocol_options";
   if (info->auto_san_validation && !info->transport.tls && !info->transport.tls_required) {
@@ -835,6 +862,136 @@ bool Builder::BuildMatch(const envoy::config::listener::v3::FilterChainMatch& m,
     out->source_ports.push_back(m.source_ports(i));
   }
   return errors_->size() == before;
+}
+
+std::shared_ptr<const HealthCheckConfig> Builder::HealthCheck(
+    const envoy::config::core::v3::HealthCheck& h, const std::string& path) {
+  using HC = envoy::config::core::v3::HealthCheck;
+  size_t before = errors_->size();
+  auto c = std::make_shared<HealthCheckConfig>();
+  auto positive = [&](const google::protobuf::Duration& d, bool has, const char* field,
+                      uint64_t* out, bool required) {
+    if (!has) {
+      if (required) Error(absl::StrCat(path, ".", field), "is required");
+      return;
+    }
+    *out = Ms(d);
+    if (*out == 0) Error(absl::StrCat(path, ".", field), "must be at least 1ms");
+  };
+  positive(h.timeout(), h.has_timeout(), "timeout", &c->timeout_ms, true);
+  positive(h.interval(), h.has_interval(), "interval", &c->interval_ms, true);
+  if (h.has_initial_jitter()) c->initial_jitter_ms = Ms(h.initial_jitter());
+  if (h.has_interval_jitter()) c->interval_jitter_ms = Ms(h.interval_jitter());
+  c->interval_jitter_percent = h.interval_jitter_percent();
+  if (!h.has_unhealthy_threshold()) Error(path + ".unhealthy_threshold", "is required");
+  if (!h.has_healthy_threshold()) Error(path + ".healthy_threshold", "is required");
+  c->unhealthy_threshold = std::max<uint32_t>(1, h.unhealthy_threshold().value());
+  c->healthy_threshold = std::max<uint32_t>(1, h.healthy_threshold().value());
+  positive(h.no_traffic_interval(), h.has_no_traffic_interval(), "no_traffic_interval",
+           &c->no_traffic_interval_ms, false);
+  c->no_traffic_healthy_interval_ms = c->no_traffic_interval_ms;
+  positive(h.no_traffic_healthy_interval(), h.has_no_traffic_healthy_interval(),
+           "no_traffic_healthy_interval", &c->no_traffic_healthy_interval_ms, false);
+  positive(h.unhealthy_interval(), h.has_unhealthy_interval(), "unhealthy_interval",
+           &c->unhealthy_interval_ms, false);
+  positive(h.unhealthy_edge_interval(), h.has_unhealthy_edge_interval(), "unhealthy_edge_interval",
+           &c->unhealthy_edge_interval_ms, false);
+  positive(h.healthy_edge_interval(), h.has_healthy_edge_interval(), "healthy_edge_interval",
+           &c->healthy_edge_interval_ms, false);
+  if (h.has_alt_port()) {
+    if (h.alt_port().value() == 0 || h.alt_port().value() > 65535) {
+      Error(path + ".alt_port", "must be within [1, 65535]");
+    }
+    c->alt_port = h.alt_port().value();
+  }
+  // reuse_connection: accepted either way; rpx opens a connection per probe (Envoy's
+  // reuse_connection: false), which a probe every few seconds can afford.
+  c->always_log_failures = h.always_log_health_check_failures();
+  auto payload = [&](const HC::Payload& p, const std::string& where) -> std::string {
+    if (p.payload_case() != HC::Payload::kText) return p.binary();
+    const std::string& hex = p.text();
+    std::string bytes;
+    if (hex.size() % 2 != 0) {
+      Error(where + ".text", "must be an even number of hex digits");
+      return "";
+    }
+    auto digit = [](char ch) {
+      if (ch >= '0' && ch <= '9') return ch - '0';
+      if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+      if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+      return -1;
+    };
+    for (size_t i = 0; i < hex.size(); i += 2) {
+      int hi = digit(hex[i]), lo = digit(hex[i + 1]);
+      if (hi < 0 || lo < 0) {
+        Error(where + ".text", absl::StrCat("'", hex, "' is not hex"));
+        return "";
+      }
+      bytes.push_back(static_cast<char>(hi * 16 + lo));
+    }
+    return bytes;
+  };
+  switch (h.health_checker_case()) {
+    case HC::kHttpHealthCheck: {
+      const auto& http = h.http_health_check();
+      std::string hp = path + ".http_health_check";
+      c->kind = HealthCheckConfig::Kind::kHttp;
+      c->host = http.host();
+      c->path = http.path();
+      if (c->path.empty() || c->path[0] != '/') Error(hp + ".path", "must start with '/'");
+      if (http.codec_client_type() != envoy::type::v3::HTTP1) {
+        Error(hp + ".codec_client_type", "only HTTP1 health checks are supported");
+      }
+      if (http.method() != envoy::config::core::v3::METHOD_UNSPECIFIED) {
+        c->method = envoy::config::core::v3::RequestMethod_Name(http.method());
+      }
+      for (int i = 0; i < http.request_headers_to_add_size(); ++i) {
+        const auto& o = http.request_headers_to_add(i);
+        c->headers_to_add.emplace_back(o.header().key(), o.header().value());
+      }
+      for (const auto& r : http.request_headers_to_remove()) {
+        if (absl::AsciiStrToLower(r) == "user-agent") c->send_user_agent = false;
+      }
+      auto ranges = [&](const auto& in, const char* field,
+                        std::vector<std::pair<int64_t, int64_t>>* out) {
+        if (in.empty()) return;
+        out->clear();
+        for (int i = 0; i < in.size(); ++i) {
+          if (in[i].start() < 100 || in[i].end() > 600 || in[i].start() >= in[i].end()) {
+            Error(absl::StrCat(hp, ".", field, "[", i, "]"),
+                  "must be a range [start, end) within [100, 600)");
+          }
+          out->emplace_back(in[i].start(), in[i].end());
+        }
+      };
+      ranges(http.expected_statuses(), "expected_statuses", &c->expected_statuses);
+      ranges(http.retriable_statuses(), "retriable_statuses", &c->retriable_statuses);
+      if (http.has_send() || http.receive_size() > 0) {
+        Error(hp, "send and receive payloads are not supported for HTTP health checks");
+      }
+      break;
+    }
+    case HC::kTcpHealthCheck: {
+      const auto& tcp = h.tcp_health_check();
+      c->kind = HealthCheckConfig::Kind::kTcp;
+      if (tcp.has_send()) c->send = payload(tcp.send(), path + ".tcp_health_check.send");
+      for (int i = 0; i < tcp.receive_size(); ++i) {
+        c->receive.push_back(
+            payload(tcp.receive(i), absl::StrCat(path, ".tcp_health_check.receive[", i, "]")));
+      }
+      break;
+    }
+    case HC::kGrpcHealthCheck:
+      Error(path + ".grpc_health_check", "gRPC health checks are not supported yet");
+      break;
+    case HC::kCustomHealthCheck:
+      Error(path + ".custom_health_check", "custom health checks are not supported");
+      break;
+    default:
+      Error(path, "one of http_health_check or tcp_health_check is required");
+  }
+  if (errors_->size() != before) return nullptr;
+  return c;
 }
 
 std::string Builder::TransportType(const envoy::config::core::v3::TransportSocket& ts) {

@@ -363,7 +363,11 @@ std::string Admin::Clusters(bool json, std::string* content_type) const {
           absl::StrAppend(&out, hp, "rq_success::", st.rq_success, "\n", hp,
                           "rq_timeout::", st.rq_timeout, "\n", hp, "rq_total::", st.rq_total, "\n");
           absl::StrAppend(&out, hp, "hostname::", h->hostname, "\n");
-          absl::StrAppend(&out, hp, "health_flags::healthy\n");
+          absl::StrAppend(&out, hp, "health_flags::",
+                          h->failed_active_hc.load(std::memory_order_relaxed) && entry.info->health
+                              ? "/failed_active_hc"
+                              : "healthy",
+                          "\n");
           absl::StrAppend(&out, hp, "weight::", h->weight, "\n");
           absl::StrAppend(&out, hp, "priority::0\n");
         }
@@ -394,10 +398,13 @@ std::string Admin::Clusters(bool json, std::string* content_type) const {
             counter("rq_success", st.rq_success), ",", counter("rq_timeout", st.rq_timeout), ",",
             counter("rq_total", st.rq_total), ",", gauge("cx_active", st.cx_active), ",",
             gauge("rq_active", st.rq_active), "]");
-        absl::StrAppend(&out, first_host ? "" : ",", "{\"address\":", SocketAddressJson(h->address),
-                        ",\"stats\":", stats, ",\"hostname\":", JsonQuote(h->hostname),
-                        ",\"health_status\":{\"eds_health_status\":\"HEALTHY\"},\"weight\":",
-                        h->weight, ",\"priority\":0}");
+        absl::StrAppend(
+            &out, first_host ? "" : ",", "{\"address\":", SocketAddressJson(h->address),
+            ",\"stats\":", stats, ",\"hostname\":", JsonQuote(h->hostname), ",\"health_status\":{",
+            h->failed_active_hc.load(std::memory_order_relaxed) && entry.info->health
+                ? "\"failed_active_health_check\":true,"
+                : "",
+            "\"eds_health_status\":\"HEALTHY\"},\"weight\":", h->weight, ",\"priority\":0}");
         first_host = false;
       }
     }
@@ -511,6 +518,18 @@ std::vector<StatEntry> Admin::CollectStats(bool used_only) const {
     }
 #undef RPX_CLUSTER_STAT
     out[p + "membership_total"] = entry.hosts ? entry.hosts->size() : 0;
+    if (c.health) {
+      const ClusterHealth& h = *c.health;
+      out[p + "health_check.attempt"] = h.attempt.load(std::memory_order_relaxed);
+      out[p + "health_check.success"] = h.success.load(std::memory_order_relaxed);
+      out[p + "health_check.failure"] = h.failure.load(std::memory_order_relaxed);
+      out[p + "health_check.network_failure"] = h.network_failure.load(std::memory_order_relaxed);
+      // Two loads, not one snapshot: a transient mix is clamped at zero.
+      out[p + "health_check.healthy"] =
+          std::max<int64_t>(0, static_cast<int64_t>(h.hosts.load(std::memory_order_relaxed)) -
+                                   h.unhealthy.load(std::memory_order_relaxed));
+      out[p + "membership_healthy"] = out[p + "health_check.healthy"];
+    }
     out[p + "circuit_breakers.default.cx_open_count"] = c.resources->connections();
     out[p + "circuit_breakers.default.rq_pending_open_count"] = c.resources->pending();
     for (auto [hname, member] :

@@ -88,6 +88,7 @@ ConfigManager::ConfigManager(Dispatcher& main, std::vector<std::unique_ptr<Worke
   for (const auto& [name, c] : static_clusters_) {
     if (c.info->eds) static_eds_waiting_.insert(name);
   }
+  health_checkers_.Sync(config_.clusters);
   if (config_.xds.dynamic()) {
     init_timer_ = main_.CreateTimer([this] {
       if (!initialized()) RPX_LOG(kWarn, "xDS: initial fetch timed out; serving what has arrived");
@@ -525,6 +526,7 @@ void ConfigManager::PublishClusters() {
     if (d.has_serving) m[name] = d.serving;
   }
   config_.clusters = m;
+  health_checkers_.Sync(m);  // hosts carry their verdicts before any worker sees them
   auto snapshot = std::make_shared<const ClusterMap>(std::move(m));
   for (auto& w : workers_) w->UpdateClusters(snapshot);
 }

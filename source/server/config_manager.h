@@ -27,6 +27,7 @@
 #include "source/event/dispatcher.h"
 #include "source/network/listener.h"
 #include "source/server/worker.h"
+#include "source/upstream/health_checker.h"
 
 namespace rpx {
 
@@ -173,6 +174,8 @@ class ConfigManager : public XdsApplier {
   const envoy::config::bootstrap::v3::Bootstrap& bootstrap_;
   ServerConfig& config_;  // config_.listeners / clusters: what is active now
   uint32_t concurrency_;
+  // Active health checks of the published clusters (static and dynamic).
+  HealthCheckers health_checkers_{main_};
   LogFileManager* log_files_ = nullptr;
   InheritedSockets* inherited_ = nullptr;
   int64_t start_unix_ms_ = 0;  // static resources' last_updated

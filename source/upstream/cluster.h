@@ -41,6 +41,10 @@ struct Host {
   // stays keeps counting where /clusters reads. Main thread sets it before the set is published.
   mutable std::shared_ptr<HostStats[]> stats;
   mutable uint32_t stats_slots = 0;
+  // Active health checking's verdict (Cluster.health_checks): written by the main thread's
+  // checker before the set is published and on every change, read by the workers' load
+  // balancers. Always false in clusters without health checks.
+  mutable std::atomic<bool> failed_active_hc{false};
 
   void AllocateStats(uint32_t slots) {
     stats.reset(new HostStats[slots]);
@@ -197,12 +201,56 @@ struct alignas(64) ClusterStats {
 
 enum class LbPolicy { kRoundRobin, kLeastRequest, kRandom };
 
+// Cluster.health_checks[0], as the checker (source/upstream/health_checker.h) runs it.
+struct HealthCheckConfig {
+  enum class Kind { kHttp, kTcp };
+  Kind kind = Kind::kHttp;
+  uint64_t timeout_ms = 1000;
+  uint64_t interval_ms = 10000;
+  uint64_t initial_jitter_ms = 0;
+  uint64_t interval_jitter_ms = 0;
+  uint32_t interval_jitter_percent = 0;
+  uint32_t unhealthy_threshold = 1;
+  uint32_t healthy_threshold = 1;
+  uint64_t no_traffic_interval_ms = 60000;
+  uint64_t no_traffic_healthy_interval_ms = 60000;
+  uint64_t unhealthy_interval_ms = 0;       // 0: interval
+  uint64_t unhealthy_edge_interval_ms = 0;  // 0: unhealthy_interval
+  uint64_t healthy_edge_interval_ms = 0;    // 0: interval
+  uint32_t alt_port = 0;                    // 0: the host's own port
+  bool always_log_failures = false;
+  // HTTP: the request, and the statuses that pass (half-open ranges [first, second)).
+  std::string host, path, method = "GET";
+  std::vector<std::pair<std::string, std::string>> headers_to_add;
+  bool send_user_agent = true;
+  std::vector<std::pair<int64_t, int64_t>> expected_statuses{{200, 201}};
+  std::vector<std::pair<int64_t, int64_t>> retriable_statuses;
+  // TCP (and HTTP's optional body check): bytes sent, and pieces the answer must hold in order.
+  std::string send;
+  std::vector<std::string> receive;
+};
+
+// What the checker publishes about a cluster's hosts, read by every worker (atomics, no lock).
+struct ClusterHealth {
+  std::atomic<uint32_t> hosts{0};       // hosts the checker watches
+  std::atomic<uint32_t> unhealthy{0};   // of those, failed_active_hc
+  std::atomic<uint64_t> generation{0};  // bumped on every change of a host's verdict
+  // health_check.* stats.
+  std::atomic<uint64_t> attempt{0}, success{0}, failure{0}, network_failure{0};
+};
+
 struct ClusterInfo {
   std::string name;
   bool eds = false;              // hosts come from EDS
   std::string eds_service_name;  // the ClusterLoadAssignment name to ask for
   bool http2 = false;            // configured for HTTP/2 (only the xDS cluster may be)
   LbPolicy lb_policy = LbPolicy::kRoundRobin;
+  // Active health checking (null: none) and what it publishes.
+  std::shared_ptr<const HealthCheckConfig> health_check;
+  std::shared_ptr<ClusterHealth> health;
+  // common_lb_config.healthy_panic_threshold: below this share of healthy hosts (percent), the
+  // load balancer ignores health and uses every host. 0 disables panic mode.
+  double panic_threshold = 50;
   uint64_t connect_timeout_ms = 5000;
   uint64_t idle_timeout_ms = 3600 * 1000;    // 0: never
   uint32_t max_requests_per_connection = 0;  // 0: unlimited

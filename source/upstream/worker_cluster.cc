@@ -134,6 +134,51 @@ void WorkerCluster::BuildSchedule() {
 
 ConnPool* WorkerCluster::ChoosePool(uint64_t random) {
   if (pools_.empty()) return nullptr;
+  if (info_->health) return ChooseHealthy(random);
+  return ChooseAny(random);
+}
+
+ConnPool* WorkerCluster::ChooseHealthy(uint64_t random) {
+  const ClusterHealth& h = *info_->health;
+  uint64_t generation = h.generation.load(std::memory_order_acquire);
+  if (generation != health_generation_) {
+    health_generation_ = generation;
+    OnHealthChanged();
+  }
+  uint32_t hosts = h.hosts.load(std::memory_order_relaxed);
+  uint32_t unhealthy = h.unhealthy.load(std::memory_order_relaxed);
+  if (unhealthy == 0 || hosts == 0 ||
+      (hosts - unhealthy) * 100.0 < info_->panic_threshold * hosts) {
+    return ChooseAny(random);  // all healthy, or panic: health is not looked at
+  }
+  // Draw as the policy draws, passing over failed hosts; a bounded number of draws, then the
+  // first healthy host in order.
+  for (size_t i = 0; i < 2 * pools_.size(); ++i) {
+    ConnPool* p = ChooseAny(random);
+    if (!p->host().failed_active_hc.load(std::memory_order_relaxed)) return p;
+    random = random * 6364136223846793005ULL + 1442695040888963407ULL;
+  }
+  for (auto& hp : pools_) {
+    if (!hp.host->failed_active_hc.load(std::memory_order_relaxed)) return hp.pool.get();
+  }
+  return ChooseAny(random);
+}
+
+void WorkerCluster::OnHealthChanged() {
+  for (auto& hp : pools_) {
+    if (!hp.host->failed_active_hc.load(std::memory_order_relaxed)) continue;
+    // Idle connections to a failed host would only serve a panic; busy ones finish their
+    // request.
+    while (hp.pool->CloseOneIdle()) {
+    }
+    for (auto& [sni, p] : hp.by_sni) {
+      while (p->CloseOneIdle()) {
+      }
+    }
+  }
+}
+
+ConnPool* WorkerCluster::ChooseAny(uint64_t random) {
   if (pools_.size() == 1) return pools_[0].pool.get();
   switch (info_->lb_policy) {
     case LbPolicy::kRoundRobin:

@@ -27,7 +27,9 @@ class WorkerCluster {
  public:
   WorkerCluster(Dispatcher& dispatcher, uint32_t worker_index, const ClusterEntry& entry);
   ~WorkerCluster();
-  // Picks a host and returns its pool, or nullptr when the cluster has no hosts.
+  // Picks a host and returns its pool, or nullptr when the cluster has no hosts. With active
+  // health checks, hosts that failed them are passed over, unless fewer than the panic
+  // threshold's share are healthy (then every host takes traffic, as Envoy's panic mode).
   ConnPool* ChoosePool(uint64_t random);
   // auto_sni: the pool of `host_pool`'s host for connections with this SNI (created when
   // needed; at most kMaxSniPools per host, idle ones evicted first), or nullptr if the host
@@ -55,6 +57,11 @@ class WorkerCluster {
     absl::flat_hash_map<std::string, std::unique_ptr<ConnPool>> by_sni;
   };
   void SetReclaim(ConnPool* pool);
+  // The load balancer's pick among every host, health aside.
+  ConnPool* ChooseAny(uint64_t random);
+  ConnPool* ChooseHealthy(uint64_t random);
+  // A host's verdict changed: idle connections to hosts that failed are closed.
+  void OnHealthChanged();
   void BuildSchedule();
   bool ReclaimIdle(ConnPool* requester);
 
@@ -68,6 +75,7 @@ class WorkerCluster {
   std::vector<uint32_t> schedule_;  // weighted round-robin order (indexes into pools_)
   size_t rr_next_ = 0;
   uint32_t retries_waiting_ = 0;
+  uint64_t health_generation_ = 0;  // the ClusterHealth generation last seen
   // Lets callbacks posted from other workers check that this object still exists.
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
