@@ -4,6 +4,7 @@ rejoining the rotation after unhealthy_threshold / healthy_threshold probes, Env
 threshold, /clusters and /stats showing it, and configurations rpx refuses by name.
 """
 
+import http.client
 import json
 import os
 import unittest
@@ -86,6 +87,40 @@ class HealthCheckTest(IntegrationTestCase):
         self.wait_healthy(2, "c failed")
         self.assertGreaterEqual(self.proxy.stat("cluster.c.health_check.network_failure"), 2)
         self.assertEqual(set(self.served(20)), {"a", "b"})
+
+    def test_with_retries_a_host_dying_under_load_costs_no_request(self):
+        """Retries cover the window before the probes notice: a host stopped in the middle of
+        a stream of requests (keep-alive, one at a time) costs none of them."""
+        policy = {"retry_on": "5xx,reset,connect-failure", "num_retries": 3,
+                  "retry_host_predicate": [{"name": "envoy.retry_host_predicates.previous_hosts"}],
+                  "host_selection_retry_max_attempts": 5}
+        self.ups = {n: self.start_echo(n) for n in ("a", "b", "c")}
+        c = cluster("c", [self.ups[n].port for n in ("a", "b", "c")])
+        c["health_checks"] = [http_check()]
+        r = route("/", "c", timeout="20s")
+        r["route"]["retry_policy"] = policy
+        self.port = free_port()
+        self.proxy = self.start_rpx(bootstrap([http_listener("l", self.port, [
+            virtual_host("all", ["*"], [r])])], [c]), concurrency=2)
+        self.wait_healthy(3, "the first probes")
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=20)
+        statuses, servers = [], {}
+        for i in range(400):
+            if i == 100:
+                self.ups["b"].stop()
+            conn.request("GET", "/x")
+            resp = conn.getresponse()
+            body = resp.read()
+            statuses.append(resp.status)
+            if resp.status == 200:
+                name = json.loads(body)["server"]
+                servers[name] = servers.get(name, 0) + 1
+        conn.close()
+        self.assertEqual([s for s in statuses if s != 200], [])
+        self.wait_healthy(2, "b failed")
+        self.assertEqual(sum(servers.values()), 400)
+        self.assertGreater(servers.get("a", 0), 100)
+        self.assertGreater(servers.get("c", 0), 100)
 
     def test_panic_threshold(self):
         # Two of three failed: 33% healthy is under the default 50%, so all three take traffic.
