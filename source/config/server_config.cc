@@ -231,6 +231,8 @@ class Builder {
   bool UpstreamTransport(const envoy::config::core::v3::TransportSocket& ts,
                          const std::string& path, ClusterInfo* info, ClusterInfo::Transport* out);
   // The type of a transport socket's typed_config ("" if none).
+  std::shared_ptr<const OutlierConfig> Outlier(
+      const envoy::config::cluster::v3::OutlierDetection& o, const std::string& path);
   std::shared_ptr<const HealthCheckConfig> HealthCheck(
       const envoy::config::core::v3::HealthCheck& h, const std::string& path);
   static std::string TransportType(const envoy::config::core::v3::TransportSocket& ts);
@@ -308,12 +310,13 @@ void Builder::BuildCluster(const Cluster& c, const std::string& path, ServerConf
   if (c.health_checks_size() > 1) {
     Error(path + ".health_checks", "one health check per cluster is supported");
   } else if (c.health_checks_size() == 1) {
-    auto hc = HealthCheck(c.health_checks(0), path + ".health_checks[0]");
-    if (hc) {
-      info->health_check = std::move(hc);
-      info->health = std::make_shared<ClusterHealth>();
-    }
+    info->health_check = HealthCheck(c.health_checks(0), path + ".health_checks[0]");
   }
+  if (c.has_outlier_detection()) {
+    info->outlier = Outlier(c.outlier_detection(), path + ".outlier_detection");
+    if (info->outlier) info->outlier_sink = std::make_shared<OutlierSink>();
+  }
+  if (info->health_check || info->outlier) info->health = std::make_shared<ClusterHealth>();
   if (c.has_connect_timeout()) {
     info->connect_timeout_ms = Ms(c.connect_timeout());
     if (info->connect_timeout_ms == 0) Error(path + ".connect_timeout", "must be positive");
@@ -862,6 +865,67 @@ bool Builder::BuildMatch(const envoy::config::listener::v3::FilterChainMatch& m,
     out->source_ports.push_back(m.source_ports(i));
   }
   return errors_->size() == before;
+}
+
+std::shared_ptr<const OutlierConfig> Builder::Outlier(
+    const envoy::config::cluster::v3::OutlierDetection& o, const std::string& path) {
+  size_t before = errors_->size();
+  auto c = std::make_shared<OutlierConfig>();
+  auto duration = [&](bool has, const google::protobuf::Duration& d, const char* field,
+                      uint64_t* out) {
+    if (!has) return;
+    *out = Ms(d);
+    if (*out == 0) Error(absl::StrCat(path, ".", field), "must be at least 1ms");
+  };
+  duration(o.has_interval(), o.interval(), "interval", &c->interval_ms);
+  duration(o.has_base_ejection_time(), o.base_ejection_time(), "base_ejection_time",
+           &c->base_ejection_time_ms);
+  duration(o.has_max_ejection_time(), o.max_ejection_time(), "max_ejection_time",
+           &c->max_ejection_time_ms);
+  if (o.has_max_ejection_time_jitter()) {
+    c->max_ejection_time_jitter_ms = Ms(o.max_ejection_time_jitter());
+  }
+  auto value = [&](bool has, uint32_t v, const char* field, uint32_t* out, bool percent) {
+    if (!has) return;
+    if (percent && v > 100) Error(absl::StrCat(path, ".", field), "must be within [0, 100]");
+    *out = v;
+  };
+#define RPX_OUTLIER(field, percent) \
+  value(o.has_##field(), o.field().value(), #field, &c->field, percent)
+  RPX_OUTLIER(consecutive_5xx, false);
+  RPX_OUTLIER(enforcing_consecutive_5xx, true);
+  RPX_OUTLIER(consecutive_gateway_failure, false);
+  RPX_OUTLIER(enforcing_consecutive_gateway_failure, true);
+  RPX_OUTLIER(consecutive_local_origin_failure, false);
+  RPX_OUTLIER(enforcing_consecutive_local_origin_failure, true);
+  RPX_OUTLIER(max_ejection_percent, true);
+  RPX_OUTLIER(success_rate_minimum_hosts, false);
+  RPX_OUTLIER(success_rate_request_volume, false);
+  RPX_OUTLIER(success_rate_stdev_factor, false);
+  RPX_OUTLIER(enforcing_success_rate, true);
+  RPX_OUTLIER(failure_percentage_threshold, true);
+  RPX_OUTLIER(enforcing_failure_percentage, true);
+  RPX_OUTLIER(failure_percentage_minimum_hosts, false);
+  RPX_OUTLIER(failure_percentage_request_volume, false);
+#undef RPX_OUTLIER
+  c->split_external_local_origin_errors = o.split_external_local_origin_errors();
+  if (o.has_always_eject_one_host()) c->always_eject_one_host = o.always_eject_one_host().value();
+  if (o.has_successful_active_health_check_uneject_host()) {
+    c->successful_active_health_check_uneject_host =
+        o.successful_active_health_check_uneject_host().value();
+  }
+  if (o.has_enforcing_local_origin_success_rate() &&
+      o.enforcing_local_origin_success_rate().value() > 0) {
+    Error(path + ".enforcing_local_origin_success_rate",
+          "success rates of local-origin errors are not judged separately yet");
+  }
+  if (o.has_enforcing_failure_percentage_local_origin() &&
+      o.enforcing_failure_percentage_local_origin().value() > 0) {
+    Error(path + ".enforcing_failure_percentage_local_origin",
+          "failure percentages of local-origin errors are not judged separately yet");
+  }
+  if (errors_->size() != before) return nullptr;
+  return c;
 }
 
 std::shared_ptr<const HealthCheckConfig> Builder::HealthCheck(

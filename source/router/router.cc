@@ -13,6 +13,7 @@
 #include "source/common/logger.h"
 #include "source/router/retry_state.h"
 #include "source/upstream/conn_pool.h"
+#include "source/upstream/outlier_detector.h"
 
 namespace rpx {
 namespace {
@@ -374,7 +375,10 @@ void RouterStream::StartRouteTimer() {
 void RouterStream::OnRouteTimeout() {
   if (done_) return;
   cluster_->stats().upstream_rq_timeout.Inc();
-  if (client_) client_->host_stats().rq_timeout.Inc();
+  if (client_) {
+    client_->host_stats().rq_timeout.Inc();
+    if (!encoder_.response_started()) ReportOutcome(pool_->cluster(), client_->host(), 0);
+  }
   StreamInfo& info = encoder_.stream_info();
   info.response_flags |= kUpstreamRequestTimeout;
   if (encoder_.response_started()) {
@@ -544,6 +548,7 @@ void RouterStream::OnAttemptTimeout() {
   ReleaseRetrySlot();
   if (client_) {
     client_->host_stats().rq_timeout.Inc();
+    ReportOutcome(pool_->cluster(), client_->host(), 0);
     UpstreamClient* c = client_;
     client_ = nullptr;
     c->Reset();
@@ -562,6 +567,9 @@ void RouterStream::OnAttemptTimeout() {
 void RouterStream::OnPoolFailure(PoolFailure reason, const std::string& detail) {
   pending_ = nullptr;
   ReleaseRetrySlot();
+  if (reason == PoolFailure::kConnectFailure || reason == PoolFailure::kConnectTimeout) {
+    ReportOutcome(pool_->cluster(), pool_->host(), 0);
+  }
   if ((reason == PoolFailure::kConnectFailure || reason == PoolFailure::kConnectTimeout) &&
       retries_ &&
       MaybeRetry(retries_->state->RetriableFailure(RetryState::Failure::kConnectFailure))) {
@@ -603,6 +611,7 @@ void RouterStream::OnResponseHeaders(ResponseHead& head, bool end_stream) {
   if (client_) {
     HostStats& hs = client_->host_stats();
     (s >= 500 ? hs.rq_error : hs.rq_success).Inc();
+    ReportOutcome(pool_->cluster(), client_->host(), s);
   }
   if (retries_) {
     Retries& r = *retries_;
@@ -661,7 +670,10 @@ void RouterStream::OnResponseData(const char* data, size_t len, bool end_stream)
 
 void RouterStream::OnUpstreamReset(UpstreamResetReason reason, const std::string& detail) {
   // The client is still alive here (it is what reports the reset); a reset is the host's error.
-  if (client_ && !done_) client_->host_stats().rq_error.Inc();
+  if (client_ && !done_) {
+    client_->host_stats().rq_error.Inc();
+    if (!encoder_.response_started()) ReportOutcome(pool_->cluster(), client_->host(), 0);
+  }
   client_ = nullptr;
   if (done_) return;
   if (retries_) {

@@ -307,6 +307,30 @@ std::string Admin::Listeners(bool json, std::string* content_type) const {
   return out + "]}\n";
 }
 
+namespace {
+
+// Envoy's health flags for /clusters: "healthy", or the failures joined ("/failed_active_hc").
+std::string HealthFlags(const Host& h, const ClusterInfo& c) {
+  std::string flags;
+  if (c.health && h.failed_active_hc.load(std::memory_order_relaxed)) flags += "/failed_active_hc";
+  if (c.health && h.ejected.load(std::memory_order_relaxed)) flags += "/failed_outlier_check";
+  return flags.empty() ? "healthy" : flags;
+}
+
+// The same in /clusters?format=json's HostHealthStatus (the fields before eds_health_status).
+std::string HealthStatusJson(const Host& h, const ClusterInfo& c) {
+  std::string out;
+  if (c.health && h.failed_active_hc.load(std::memory_order_relaxed)) {
+    out += "\"failed_active_health_check\":true,";
+  }
+  if (c.health && h.ejected.load(std::memory_order_relaxed)) {
+    out += "\"failed_outlier_check\":true,";
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string Admin::Clusters(bool json, std::string* content_type) const {
   // Envoy's shape, with what rpx knows: circuit breaker limits, and per host its counters
   // (summed over the workers), address, hostname, weight and health (hosts EDS marks unhealthy
@@ -363,11 +387,7 @@ std::string Admin::Clusters(bool json, std::string* content_type) const {
           absl::StrAppend(&out, hp, "rq_success::", st.rq_success, "\n", hp,
                           "rq_timeout::", st.rq_timeout, "\n", hp, "rq_total::", st.rq_total, "\n");
           absl::StrAppend(&out, hp, "hostname::", h->hostname, "\n");
-          absl::StrAppend(&out, hp, "health_flags::",
-                          h->failed_active_hc.load(std::memory_order_relaxed) && entry.info->health
-                              ? "/failed_active_hc"
-                              : "healthy",
-                          "\n");
+          absl::StrAppend(&out, hp, "health_flags::", HealthFlags(*h, *entry.info), "\n");
           absl::StrAppend(&out, hp, "weight::", h->weight, "\n");
           absl::StrAppend(&out, hp, "priority::0\n");
         }
@@ -398,13 +418,11 @@ std::string Admin::Clusters(bool json, std::string* content_type) const {
             counter("rq_success", st.rq_success), ",", counter("rq_timeout", st.rq_timeout), ",",
             counter("rq_total", st.rq_total), ",", gauge("cx_active", st.cx_active), ",",
             gauge("rq_active", st.rq_active), "]");
-        absl::StrAppend(
-            &out, first_host ? "" : ",", "{\"address\":", SocketAddressJson(h->address),
-            ",\"stats\":", stats, ",\"hostname\":", JsonQuote(h->hostname), ",\"health_status\":{",
-            h->failed_active_hc.load(std::memory_order_relaxed) && entry.info->health
-                ? "\"failed_active_health_check\":true,"
-                : "",
-            "\"eds_health_status\":\"HEALTHY\"},\"weight\":", h->weight, ",\"priority\":0}");
+        absl::StrAppend(&out, first_host ? "" : ",", "{\"address\":", SocketAddressJson(h->address),
+                        ",\"stats\":", stats, ",\"hostname\":", JsonQuote(h->hostname),
+                        ",\"health_status\":{", HealthStatusJson(*h, *entry.info),
+                        "\"eds_health_status\":\"HEALTHY\"},\"weight\":", h->weight,
+                        ",\"priority\":0}");
         first_host = false;
       }
     }
@@ -520,15 +538,35 @@ std::vector<StatEntry> Admin::CollectStats(bool used_only) const {
     out[p + "membership_total"] = entry.hosts ? entry.hosts->size() : 0;
     if (c.health) {
       const ClusterHealth& h = *c.health;
-      out[p + "health_check.attempt"] = h.attempt.load(std::memory_order_relaxed);
-      out[p + "health_check.success"] = h.success.load(std::memory_order_relaxed);
-      out[p + "health_check.failure"] = h.failure.load(std::memory_order_relaxed);
-      out[p + "health_check.network_failure"] = h.network_failure.load(std::memory_order_relaxed);
       // Two loads, not one snapshot: a transient mix is clamped at zero.
-      out[p + "health_check.healthy"] =
+      int64_t healthy =
           std::max<int64_t>(0, static_cast<int64_t>(h.hosts.load(std::memory_order_relaxed)) -
                                    h.unhealthy.load(std::memory_order_relaxed));
-      out[p + "membership_healthy"] = out[p + "health_check.healthy"];
+      out[p + "membership_healthy"] = healthy;
+      if (c.health_check) {
+        out[p + "health_check.attempt"] = h.attempt.load(std::memory_order_relaxed);
+        out[p + "health_check.success"] = h.success.load(std::memory_order_relaxed);
+        out[p + "health_check.failure"] = h.failure.load(std::memory_order_relaxed);
+        out[p + "health_check.network_failure"] = h.network_failure.load(std::memory_order_relaxed);
+        out[p + "health_check.healthy"] = healthy;
+      }
+      if (c.outlier) {
+#define RPX_OUTLIER_STAT(f) out[p + "outlier_detection." #f] = h.f.load(std::memory_order_relaxed);
+        RPX_OUTLIER_STAT(ejections_active)
+        RPX_OUTLIER_STAT(ejections_enforced_total)
+        RPX_OUTLIER_STAT(ejections_overflow)
+        RPX_OUTLIER_STAT(ejections_enforced_consecutive_5xx)
+        RPX_OUTLIER_STAT(ejections_detected_consecutive_5xx)
+        RPX_OUTLIER_STAT(ejections_enforced_consecutive_gateway_failure)
+        RPX_OUTLIER_STAT(ejections_detected_consecutive_gateway_failure)
+        RPX_OUTLIER_STAT(ejections_enforced_consecutive_local_origin_failure)
+        RPX_OUTLIER_STAT(ejections_detected_consecutive_local_origin_failure)
+        RPX_OUTLIER_STAT(ejections_enforced_success_rate)
+        RPX_OUTLIER_STAT(ejections_detected_success_rate)
+        RPX_OUTLIER_STAT(ejections_enforced_failure_percentage)
+        RPX_OUTLIER_STAT(ejections_detected_failure_percentage)
+#undef RPX_OUTLIER_STAT
+      }
     }
     out[p + "circuit_breakers.default.cx_open_count"] = c.resources->connections();
     out[p + "circuit_breakers.default.rq_pending_open_count"] = c.resources->pending();

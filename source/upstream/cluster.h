@@ -45,6 +45,17 @@ struct Host {
   // checker before the set is published and on every change, read by the workers' load
   // balancers. Always false in clusters without health checks.
   mutable std::atomic<bool> failed_active_hc{false};
+  // Outlier detection: ejected hosts take no traffic until the main thread's detector brings them
+  // back; the workers count failures in a row here (across workers) and tell the detector when
+  // a streak reaches its threshold.
+  mutable std::atomic<bool> ejected{false};
+  mutable std::atomic<uint32_t> consecutive_5xx{0}, consecutive_gateway_failure{0},
+      consecutive_local_origin_failure{0};
+  // Whether the load balancer may pick it (health aside in panic mode).
+  bool available() const {
+    return !failed_active_hc.load(std::memory_order_relaxed) &&
+           !ejected.load(std::memory_order_relaxed);
+  }
 
   void AllocateStats(uint32_t slots) {
     stats.reset(new HostStats[slots]);
@@ -230,14 +241,79 @@ struct HealthCheckConfig {
   std::vector<std::string> receive;
 };
 
-// What the checker publishes about a cluster's hosts, read by every worker (atomics, no lock).
+// Cluster.outlier_detection, with Envoy's defaults.
+struct OutlierConfig {
+  uint64_t interval_ms = 10000;
+  uint64_t base_ejection_time_ms = 30000;
+  uint64_t max_ejection_time_ms = 300000;
+  uint64_t max_ejection_time_jitter_ms = 0;
+  uint32_t max_ejection_percent = 10;
+  bool always_eject_one_host = false;
+  bool split_external_local_origin_errors = false;
+  uint32_t consecutive_5xx = 5, enforcing_consecutive_5xx = 100;
+  uint32_t consecutive_gateway_failure = 5, enforcing_consecutive_gateway_failure = 0;
+  uint32_t consecutive_local_origin_failure = 5, enforcing_consecutive_local_origin_failure = 100;
+  uint32_t success_rate_minimum_hosts = 5, success_rate_request_volume = 100;
+  uint32_t success_rate_stdev_factor = 1900, enforcing_success_rate = 100;
+  uint32_t failure_percentage_threshold = 85, enforcing_failure_percentage = 0;
+  uint32_t failure_percentage_minimum_hosts = 5, failure_percentage_request_volume = 50;
+  bool successful_active_health_check_uneject_host = true;
+};
+
+// Why a host is ejected.
+enum class OutlierReason {
+  kConsecutive5xx,
+  kConsecutiveGatewayFailure,
+  kConsecutiveLocalOriginFailure,
+  kSuccessRate,
+  kFailurePercentage,
+};
+
+// Workers tell the main thread's detector that a host's failure streak reached its threshold
+// (rare: once per streak). Set by the detector; any thread may call Notify.
+class OutlierSink {
+ public:
+  void Set(std::function<void(const SocketAddress&, OutlierReason)> fn) {
+    std::lock_guard<std::mutex> l(mu_);
+    fn_ = std::move(fn);
+  }
+  void Notify(const SocketAddress& host, OutlierReason reason) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (fn_) fn_(host, reason);
+  }
+
+ private:
+  std::mutex mu_;
+  std::function<void(const SocketAddress&, OutlierReason)> fn_;
+};
+
+// What the main thread publishes about a cluster's hosts (active health checks and outlier
+// ejections), read by every worker (atomics, no lock).
 struct ClusterHealth {
-  std::atomic<uint32_t> hosts{0};       // hosts the checker watches
-  std::atomic<uint32_t> unhealthy{0};   // of those, failed_active_hc
+  std::atomic<uint32_t> hosts{0};       // hosts in the published set
+  std::atomic<uint32_t> unhealthy{0};   // of those, failed a health check or ejected
   std::atomic<uint64_t> generation{0};  // bumped on every change of a host's verdict
   // health_check.* stats.
   std::atomic<uint64_t> attempt{0}, success{0}, failure{0}, network_failure{0};
+  // outlier_detection.* stats.
+  std::atomic<uint64_t> ejections_active{0}, ejections_enforced_total{0}, ejections_overflow{0};
+  std::atomic<uint64_t> ejections_enforced_consecutive_5xx{0},
+      ejections_detected_consecutive_5xx{0}, ejections_enforced_consecutive_gateway_failure{0},
+      ejections_detected_consecutive_gateway_failure{0},
+      ejections_enforced_consecutive_local_origin_failure{0},
+      ejections_detected_consecutive_local_origin_failure{0}, ejections_enforced_success_rate{0},
+      ejections_detected_success_rate{0}, ejections_enforced_failure_percentage{0},
+      ejections_detected_failure_percentage{0};
 };
+
+// Recounts `unhealthy` over `hosts` and tells the workers (main thread).
+inline void PublishHealth(ClusterHealth& h, const HostSet& hosts) {
+  uint32_t unhealthy = 0;
+  for (const auto& host : hosts) unhealthy += host->available() ? 0 : 1;
+  h.hosts.store(static_cast<uint32_t>(hosts.size()), std::memory_order_relaxed);
+  h.unhealthy.store(unhealthy, std::memory_order_relaxed);
+  h.generation.fetch_add(1, std::memory_order_release);
+}
 
 struct ClusterInfo {
   std::string name;
@@ -247,7 +323,9 @@ struct ClusterInfo {
   LbPolicy lb_policy = LbPolicy::kRoundRobin;
   // Active health checking (null: none) and what it publishes.
   std::shared_ptr<const HealthCheckConfig> health_check;
-  std::shared_ptr<ClusterHealth> health;
+  std::shared_ptr<const OutlierConfig> outlier;
+  std::shared_ptr<OutlierSink> outlier_sink;  // with `outlier`
+  std::shared_ptr<ClusterHealth> health;      // with either
   // common_lb_config.healthy_panic_threshold: below this share of healthy hosts (percent), the
   // load balancer ignores health and uses every host. 0 disables panic mode.
   double panic_threshold = 50;

@@ -62,7 +62,9 @@ bool HoldsInOrder(const std::string& data, const std::vector<std::string>& piece
 
 }  // namespace
 
-HealthChecker::HealthChecker(Dispatcher& main, const ClusterEntry& entry) : main_(main) {
+HealthChecker::HealthChecker(Dispatcher& main, const ClusterEntry& entry,
+                             std::function<void(const std::string&)> on_pass)
+    : main_(main), on_pass_(std::move(on_pass)) {
   Update(entry);
 }
 
@@ -72,6 +74,7 @@ HealthChecker::~HealthChecker() {
 
 void HealthChecker::Update(const ClusterEntry& entry) {
   info_ = entry.info;
+  hosts_ = entry.hosts ? entry.hosts : std::make_shared<const HostSet>();
   RPX_ASSERT(info_->health_check && info_->health);
   const HealthCheckConfig& c = *info_->health_check;
   std::map<std::string, std::unique_ptr<Session>> next;
@@ -115,16 +118,7 @@ void HealthChecker::Update(const ClusterEntry& entry) {
   Publish();
 }
 
-void HealthChecker::Publish() {
-  ClusterHealth& h = *info_->health;
-  uint32_t unhealthy = 0;
-  for (const auto& [key, s] : sessions_) {
-    if (s->host->failed_active_hc.load(std::memory_order_relaxed)) ++unhealthy;
-  }
-  h.hosts.store(static_cast<uint32_t>(sessions_.size()), std::memory_order_relaxed);
-  h.unhealthy.store(unhealthy, std::memory_order_relaxed);
-  h.generation.fetch_add(1, std::memory_order_release);
-}
+void HealthChecker::Publish() { PublishHealth(*info_->health, *hosts_); }
 
 void HealthChecker::Schedule(Session& s, uint64_t delay_ms) { s.next->Enable(delay_ms); }
 
@@ -242,6 +236,7 @@ void HealthChecker::Finish(Session& s, bool passed, bool network, bool immediate
   bool edge = false;
   if (passed) {
     h.success.fetch_add(1, std::memory_order_relaxed);
+    if (on_pass_) on_pass_(s.host->address.ToString());
     s.fails = 0;
     ++s.passes;
     if (failed && (s.first || s.passes >= c.healthy_threshold)) {
@@ -294,22 +289,49 @@ uint64_t HealthChecker::NextInterval(const Session& s, bool edge) {
   return base + jitter;
 }
 
+HealthCheckers::HealthCheckers(Dispatcher& main) : main_(main) {}
+
+HealthCheckers::~HealthCheckers() {
+  checkers_.clear();  // before the detectors their probes report to
+  detectors_.clear();
+}
+
 void HealthCheckers::Sync(const ClusterMap& clusters) {
+  auto gone = [&clusters](const std::string& name, bool (*wanted)(const ClusterInfo&)) {
+    auto c = clusters.find(name);
+    return c == clusters.end() || !wanted(*c->second.info);
+  };
   for (auto it = checkers_.begin(); it != checkers_.end();) {
-    auto c = clusters.find(it->first);
-    if (c == clusters.end() || !c->second.info->health_check) {
-      it = checkers_.erase(it);
-    } else {
-      ++it;
-    }
+    it = gone(it->first, [](const ClusterInfo& i) { return i.health_check != nullptr; })
+             ? checkers_.erase(it)
+             : std::next(it);
+  }
+  for (auto it = detectors_.begin(); it != detectors_.end();) {
+    it = gone(it->first, [](const ClusterInfo& i) { return i.outlier != nullptr; })
+             ? detectors_.erase(it)
+             : std::next(it);
   }
   for (const auto& [name, entry] : clusters) {
-    if (!entry.info->health_check) continue;
-    auto it = checkers_.find(name);
-    if (it == checkers_.end()) {
-      checkers_[name] = std::make_unique<HealthChecker>(main_, entry);
-    } else {
-      it->second->Update(entry);
+    if (entry.info->outlier) {
+      auto it = detectors_.find(name);
+      if (it == detectors_.end()) {
+        detectors_[name] = std::make_unique<OutlierDetector>(main_, entry);
+      } else {
+        it->second->Update(entry);
+      }
+    }
+    if (entry.info->health_check) {
+      auto it = checkers_.find(name);
+      if (it == checkers_.end()) {
+        std::string cluster = name;
+        checkers_[name] = std::make_unique<HealthChecker>(
+            main_, entry, [this, cluster](const std::string& address) {
+              auto d = detectors_.find(cluster);
+              if (d != detectors_.end()) d->second->OnHealthCheckPassed(address);
+            });
+      } else {
+        it->second->Update(entry);
+      }
     }
   }
 }

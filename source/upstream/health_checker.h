@@ -24,13 +24,16 @@
 
 #include "source/event/dispatcher.h"
 #include "source/upstream/cluster.h"
+#include "source/upstream/outlier_detector.h"
 #include "source/upstream/worker_cluster.h"
 
 namespace rpx {
 
 class HealthChecker {
  public:
-  HealthChecker(Dispatcher& main, const ClusterEntry& entry);
+  // `on_pass` hears of every passing probe (the address), for outlier detection.
+  HealthChecker(Dispatcher& main, const ClusterEntry& entry,
+                std::function<void(const std::string&)> on_pass = nullptr);
   ~HealthChecker();
   // A new form of the cluster: sessions of hosts that stay (same address) go on, new hosts start
   // unhealthy and are probed at once, removed ones stop.
@@ -46,20 +49,26 @@ class HealthChecker {
   void Publish();
 
   Dispatcher& main_;
+  std::function<void(const std::string&)> on_pass_;
   std::shared_ptr<const ClusterInfo> info_;
+  std::shared_ptr<const HostSet> hosts_;
   std::map<std::string, std::unique_ptr<Session>> sessions_;  // by address
   std::mt19937_64 rng_{std::random_device{}()};
 };
 
+// The main thread's judges of host health for every published cluster: a HealthChecker where
+// the cluster has health_checks, an OutlierDetector where it has outlier_detection.
 class HealthCheckers {
  public:
-  explicit HealthCheckers(Dispatcher& main) : main_(main) {}
-  // The clusters about to be published: checkers start, follow or stop to match.
+  explicit HealthCheckers(Dispatcher& main);
+  ~HealthCheckers();
+  // The clusters about to be published: checkers and detectors start, follow or stop to match.
   void Sync(const ClusterMap& clusters);
 
  private:
   Dispatcher& main_;
   std::map<std::string, std::unique_ptr<HealthChecker>> checkers_;
+  std::map<std::string, std::unique_ptr<OutlierDetector>> detectors_;
 };
 
 }  // namespace rpx

@@ -155,18 +155,18 @@ ConnPool* WorkerCluster::ChooseHealthy(uint64_t random) {
   // first healthy host in order.
   for (size_t i = 0; i < 2 * pools_.size(); ++i) {
     ConnPool* p = ChooseAny(random);
-    if (!p->host().failed_active_hc.load(std::memory_order_relaxed)) return p;
+    if (p->host().available()) return p;
     random = random * 6364136223846793005ULL + 1442695040888963407ULL;
   }
   for (auto& hp : pools_) {
-    if (!hp.host->failed_active_hc.load(std::memory_order_relaxed)) return hp.pool.get();
+    if (hp.host->available()) return hp.pool.get();
   }
   return ChooseAny(random);
 }
 
 void WorkerCluster::OnHealthChanged() {
   for (auto& hp : pools_) {
-    if (!hp.host->failed_active_hc.load(std::memory_order_relaxed)) continue;
+    if (hp.host->available()) continue;
     // Idle connections to a failed host would only serve a panic; busy ones finish their
     // request.
     while (hp.pool->CloseOneIdle()) {

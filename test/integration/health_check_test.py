@@ -204,8 +204,9 @@ class HealthCheckTest(IntegrationTestCase):
              "health_checks[0].grpc_health_check: gRPC health checks are not supported yet"),
             ({"health_checks": [http_check()], "transport_socket": tls},
              "health checks of a TLS cluster are not implemented yet"),
-            ({"outlier_detection": {}},
-             "field 'outlier_detection' of envoy.config.cluster.v3.Cluster is not supported"),
+            ({"outlier_detection": {"enforcing_failure_percentage_local_origin": 100}},
+             "outlier_detection.enforcing_failure_percentage_local_origin: failure percentages "
+             "of local-origin errors are not judged separately yet"),
             ({"common_lb_config": {"healthy_panic_threshold": {"value": 150}}},
              "common_lb_config.healthy_panic_threshold: must be within [0, 100]"),
         ]
