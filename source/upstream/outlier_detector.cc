@@ -97,6 +97,8 @@ void OutlierDetector::Update(const ClusterEntry& entry) {
     next[key] = s;
   }
   states_ = std::move(next);
+  // Hosts that left take their ejections with them; a new ClusterHealth starts from the hosts.
+  info_->health->ejections_active.store(Ejected(), std::memory_order_relaxed);
   if (!interval_->enabled()) interval_->Enable(info_->outlier->interval_ms);
   PublishHealth(*info_->health, *hosts_);
 }
