@@ -295,10 +295,44 @@ void Builder::BuildCluster(const Cluster& c, const std::string& path, ServerConf
     case Cluster::RANDOM:
       info->lb_policy = LbPolicy::kRandom;
       break;
+    case Cluster::RING_HASH:
+      info->lb_policy = LbPolicy::kRingHash;
+      break;
+    case Cluster::MAGLEV:
+      info->lb_policy = LbPolicy::kMaglev;
+      break;
     default:
       Error(path + ".lb_policy",
             absl::StrCat("lb_policy ", Cluster::LbPolicy_Name(c.lb_policy()),
-                         " is not supported (ROUND_ROBIN, LEAST_REQUEST and RANDOM are)"));
+                         " is not supported (ROUND_ROBIN, LEAST_REQUEST, RANDOM, RING_HASH and "
+                         "MAGLEV are)"));
+  }
+  if (c.has_ring_hash_lb_config()) {
+    const auto& r = c.ring_hash_lb_config();
+    std::string rp = path + ".ring_hash_lb_config";
+    if (c.lb_policy() != Cluster::RING_HASH) Error(rp, "needs lb_policy RING_HASH");
+    if (r.hash_function() != Cluster::RingHashLbConfig::XX_HASH) {
+      Error(rp + ".hash_function", "only XX_HASH is supported");
+    }
+    if (r.has_minimum_ring_size()) info->ring_min_size = r.minimum_ring_size().value();
+    if (r.has_maximum_ring_size()) info->ring_max_size = r.maximum_ring_size().value();
+    if (info->ring_max_size > 8 * 1024 * 1024) {
+      Error(rp + ".maximum_ring_size", "must be at most 8388608");
+    }
+    if (info->ring_min_size == 0 || info->ring_min_size > info->ring_max_size) {
+      Error(rp + ".minimum_ring_size", "must be within [1, maximum_ring_size]");
+    }
+  }
+  if (c.has_maglev_lb_config()) {
+    std::string mp = path + ".maglev_lb_config";
+    if (c.lb_policy() != Cluster::MAGLEV) Error(mp, "needs lb_policy MAGLEV");
+    if (c.maglev_lb_config().has_table_size()) {
+      uint64_t m = c.maglev_lb_config().table_size().value();
+      bool prime = m >= 2 && m <= 5000011;
+      for (uint64_t d = 2; prime && d * d <= m; ++d) prime = m % d != 0;
+      if (!prime) Error(mp + ".table_size", "must be a prime no larger than 5000011");
+      info->maglev_table_size = m;
+    }
   }
   if (c.has_common_lb_config() && c.common_lb_config().has_healthy_panic_threshold()) {
     double t = c.common_lb_config().healthy_panic_threshold().value();

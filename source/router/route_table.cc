@@ -258,6 +258,42 @@ absl::Status BuildAction(const Route& route, const FieldPath& path, RouteEntry* 
         r->has_idle_timeout = true;
         r->idle_timeout_ms = DurationMs(a.idle_timeout());
       }
+      for (int i = 0; i < a.hash_policy_size(); ++i) {
+        const auto& hp = a.hash_policy(i);
+        FieldPath hpp(ap, "hash_policy", i);
+        HashPolicyEntry e;
+        e.terminal = hp.terminal();
+        using HP = envoy::config::route::v3::RouteAction::HashPolicy;
+        switch (hp.policy_specifier_case()) {
+          case HP::kHeader:
+            e.kind = HashPolicyEntry::Kind::kHeader;
+            e.name = absl::AsciiStrToLower(hp.header().header_name());
+            if (e.name.empty()) return Err(FieldPath(hpp, "header.header_name"), "is required");
+            break;
+          case HP::kCookie:
+            e.kind = HashPolicyEntry::Kind::kCookie;
+            e.name = hp.cookie().name();
+            if (e.name.empty()) return Err(FieldPath(hpp, "cookie.name"), "is required");
+            e.has_ttl = hp.cookie().has_ttl();
+            e.ttl_s = hp.cookie().ttl().seconds();
+            e.path = hp.cookie().path();
+            break;
+          case HP::kConnectionProperties:
+            if (!hp.connection_properties().source_ip()) continue;  // hashes nothing
+            e.kind = HashPolicyEntry::Kind::kSourceIp;
+            break;
+          case HP::kQueryParameter:
+            e.kind = HashPolicyEntry::Kind::kQueryParameter;
+            e.name = hp.query_parameter().name();
+            if (e.name.empty()) return Err(FieldPath(hpp, "query_parameter.name"), "is required");
+            break;
+          default:
+            return Err(hpp,
+                       "one of header, cookie, connection_properties or query_parameter "
+                       "is required");
+        }
+        r->hash_policies.push_back(std::move(e));
+      }
       for (int i = 0; i < a.upgrade_configs_size(); ++i) {
         const auto& u = a.upgrade_configs(i);
         FieldPath up(ap, "upgrade_configs", i);

@@ -89,6 +89,17 @@ struct DownstreamTlsFacts {
   bool validated = false;  // and it passed the listener's validation context
 };
 
+// RouteAction.hash_policy: what a consistent-hashing cluster (RING_HASH, MAGLEV) hashes.
+struct HashPolicyEntry {
+  enum class Kind { kHeader, kCookie, kSourceIp, kQueryParameter };
+  Kind kind = Kind::kHeader;
+  std::string name;    // header (lower case), cookie or query parameter name
+  uint64_t ttl_s = 0;  // cookie: with has_ttl, one is made when the request has none
+  bool has_ttl = false;
+  std::string path;       // cookie: the Path of a made cookie
+  bool terminal = false;  // stop at this policy when it yields a hash
+};
+
 struct RouteEntry {
   // Match.
   enum class PathKind { kPrefix, kPath, kRegex, kSeparatedPrefix };
@@ -116,6 +127,7 @@ struct RouteEntry {
   // idle_timeout: overrides the listener's stream_idle_timeout for this route (0: disabled).
   bool has_idle_timeout = false;
   uint64_t idle_timeout_ms = 0;
+  std::vector<HashPolicyEntry> hash_policies;
   // retry_policy: the route's, else its virtual host's (Envoy: the route's replaces it whole).
   std::shared_ptr<const RetryPolicy> retry;
   // per_request_buffer_limit_bytes (the route's, else the virtual host's; 0: the listener's):

@@ -3,13 +3,16 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "source/common/free_blocks.h"
+#include "source/common/hash.h"
 #include "source/common/logger.h"
 #include "source/router/retry_state.h"
 #include "source/upstream/conn_pool.h"
@@ -62,6 +65,9 @@ class RouterStream final : public StreamHandler, public PoolCallbacks, public Re
   void OnPerTryIdleTimeout();
   void OnAttemptTimeout();
   void StartPerTryTimer();
+  // The route's hash_policy applied to the request (Envoy's combination of several); false when
+  // no policy yields a hash. A cookie policy with a ttl makes a cookie the response will set.
+  bool RequestHash(const RequestHead& head, uint64_t* hash);
   // Gives up the retry slot an attempt held, once that attempt has an outcome.
   void ReleaseRetrySlot();
   // Sends `data` upstream, keeping it for a retry while the body fits the buffer limit.
@@ -127,6 +133,10 @@ class RouterStream final : public StreamHandler, public PoolCallbacks, public Re
     MemberTimer<RouterStream, &RouterStream::OnPerTryIdleTimeout> idle_timer;
   };
   std::unique_ptr<Retries> retries_;
+  // Consistent hashing: the request's hash (has_hash_), and the Set-Cookie a cookie policy made.
+  uint64_t hash_ = 0;
+  bool has_hash_ = false;
+  std::string set_cookie_;
   uint32_t attempt() const { return retries_ ? retries_->state->attempt() : 1; }
   void RecordUpstreamTime() {
     if (upstream_timed_ || !cluster_) return;
@@ -234,7 +244,8 @@ void RouterStream::OnRequestHeaders(RequestHead& head, bool end_stream) {
     auto state = RetryState::Create(route_->retry.get(), head, HonourEnvoyHeaders());
     if (state) retries_ = std::make_unique<Retries>(this, std::move(state));
   }
-  pool_ = cluster_->ChoosePool(router_.random().Next());
+  if (!route_->hash_policies.empty()) has_hash_ = RequestHash(head, &hash_);
+  pool_ = cluster_->ChoosePool(router_.random().Next(), has_hash_ ? &hash_ : nullptr);
   if (!pool_) {
     LocalReply(503, "no healthy upstream\n", kNoHealthyUpstream, "no_healthy_upstream");
     return;
@@ -270,6 +281,7 @@ ConnPool* RouterStream::SelectPool(RequestHead& head) {
     auto tried = [&r](ConnPool* c) {
       return std::find(r.tried.begin(), r.tried.end(), &c->host()) != r.tried.end();
     };
+    // (A hashed request's retry is placed at random: its own host is the one that failed.)
     p = cluster_->ChoosePool(router_.random().Next());
     for (uint32_t i = 0;
          p && r.state->avoid_previous_hosts() && tried(p) && i < r.state->host_selection_attempts();
@@ -471,6 +483,93 @@ void RouterStream::StartPerTryTimer() {
   if (uint64_t ms = retries_->state->per_try_timeout_ms()) retries_->timer.Enable(ms);
 }
 
+namespace {
+
+// The value of cookie `name` in a Cookie header ("a=1; b=2"), without quotes.
+std::optional<std::string_view> CookieValue(std::string_view header, std::string_view name) {
+  while (!header.empty()) {
+    size_t semi = header.find(';');
+    std::string_view pair = header.substr(0, semi);
+    header = semi == std::string_view::npos ? std::string_view() : header.substr(semi + 1);
+    while (!pair.empty() && pair.front() == ' ') pair.remove_prefix(1);
+    size_t eq = pair.find('=');
+    if (eq == std::string_view::npos || pair.substr(0, eq) != name) continue;
+    std::string_view v = pair.substr(eq + 1);
+    if (v.size() >= 2 && v.front() == '"' && v.back() == '"') v = v.substr(1, v.size() - 2);
+    return v;
+  }
+  return std::nullopt;
+}
+
+// The value of query parameter `name` in a path ("/p?a=1&b=2").
+std::optional<std::string_view> QueryValue(std::string_view path, std::string_view name) {
+  size_t q = path.find('?');
+  if (q == std::string_view::npos) return std::nullopt;
+  std::string_view rest = path.substr(q + 1);
+  while (!rest.empty()) {
+    size_t amp = rest.find('&');
+    std::string_view kv = rest.substr(0, amp);
+    rest = amp == std::string_view::npos ? std::string_view() : rest.substr(amp + 1);
+    size_t eq = kv.find('=');
+    if (kv.substr(0, eq) == name) {
+      return eq == std::string_view::npos ? std::string_view() : kv.substr(eq + 1);
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+bool RouterStream::RequestHash(const RequestHead& head, uint64_t* hash) {
+  bool have = false;
+  for (const HashPolicyEntry& p : route_->hash_policies) {
+    std::optional<uint64_t> h;
+    switch (p.kind) {
+      case HashPolicyEntry::Kind::kHeader:
+        if (p.name == ":authority" || p.name == "host") {
+          h = XxHash64(head.host);
+        } else if (p.name == ":path") {
+          h = XxHash64(head.path);
+        } else if (p.name == ":method") {
+          h = XxHash64(head.method);
+        } else if (auto v = head.headers.Get(p.name)) {
+          h = XxHash64(*v);
+        }
+        break;
+      case HashPolicyEntry::Kind::kCookie: {
+        std::optional<std::string_view> v;
+        if (auto c = head.headers.Get("cookie")) v = CookieValue(*c, p.name);
+        if (v) {
+          h = XxHash64(*v);
+        } else if (p.has_ttl) {
+          // Envoy's way: a cookie named after the client's address, set on the response.
+          char value[17];
+          snprintf(value, sizeof(value), "%016llx",
+                   static_cast<unsigned long long>(XxHash64(encoder_.remote_address())));
+          h = XxHash64(value);
+          set_cookie_ = absl::StrCat(p.name, "=\"", value, "\"");
+          if (p.ttl_s) absl::StrAppend(&set_cookie_, "; Max-Age=", p.ttl_s);
+          if (!p.path.empty()) absl::StrAppend(&set_cookie_, "; Path=", p.path);
+          set_cookie_ += "; HttpOnly";
+        }
+        break;
+      }
+      case HashPolicyEntry::Kind::kSourceIp:
+        h = XxHash64(encoder_.remote_ip());
+        break;
+      case HashPolicyEntry::Kind::kQueryParameter:
+        if (auto v = QueryValue(head.path, p.name)) h = XxHash64(*v);
+        break;
+    }
+    if (!h) continue;
+    // Envoy's combination: the hash so far rotated left by one, xor the new one.
+    *hash = have ? (((*hash << 1) | (*hash >> 63)) ^ *h) : *h;
+    have = true;
+    if (p.terminal) break;
+  }
+  return have;
+}
+
 bool RouterStream::HonourEnvoyHeaders() const {
   if (!router_.config().use_remote_address) return true;
   std::string ip = encoder_.remote_ip();
@@ -643,6 +742,7 @@ void RouterStream::OnResponseHeaders(ResponseHead& head, bool end_stream) {
     head.headers.Add("connection", "upgrade");
     head.headers.Add("upgrade", upgrade.empty() ? head_->upgrade : upgrade);
   }
+  if (!set_cookie_.empty()) head.headers.Add("set-cookie", set_cookie_);
   FormatContext ctx = Context(&head.headers);
   if (weighted_) weighted_->response_ops.Apply(head.headers, ctx);
   route_->response_ops.Apply(head.headers, ctx);

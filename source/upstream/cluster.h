@@ -210,7 +210,7 @@ struct alignas(64) ClusterStats {
   Histogram upstream_cx_length_ms;
 };
 
-enum class LbPolicy { kRoundRobin, kLeastRequest, kRandom };
+enum class LbPolicy { kRoundRobin, kLeastRequest, kRandom, kRingHash, kMaglev };
 
 // Cluster.health_checks[0], as the checker (source/upstream/health_checker.h) runs it.
 struct HealthCheckConfig {
@@ -321,6 +321,9 @@ struct ClusterInfo {
   std::string eds_service_name;  // the ClusterLoadAssignment name to ask for
   bool http2 = false;            // configured for HTTP/2 (only the xDS cluster may be)
   LbPolicy lb_policy = LbPolicy::kRoundRobin;
+  // RING_HASH: ring_hash_lb_config's sizes; MAGLEV: maglev_lb_config.table_size (a prime).
+  uint64_t ring_min_size = 1024, ring_max_size = 8 * 1024 * 1024;
+  uint64_t maglev_table_size = 65537;
   // Active health checking (null: none) and what it publishes.
   std::shared_ptr<const HealthCheckConfig> health_check;
   std::shared_ptr<const OutlierConfig> outlier;

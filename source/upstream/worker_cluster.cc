@@ -1,6 +1,11 @@
 #include "source/upstream/worker_cluster.h"
 
+#include <algorithm>
+#include <cmath>
 #include <numeric>
+#include <string>
+
+#include "source/common/hash.h"
 
 namespace rpx {
 
@@ -130,29 +135,78 @@ void WorkerCluster::BuildSchedule() {
     current[best] -= static_cast<int64_t>(total / g);
     schedule_.push_back(static_cast<uint32_t>(best));
   }
+  BuildHashTables();
 }
 
-ConnPool* WorkerCluster::ChoosePool(uint64_t random) {
+void WorkerCluster::BuildHashTables() {
+  ring_.clear();
+  maglev_.clear();
+  if (pools_.empty()) return;
+  double total = 0, min_w = 0, max_w = 0;
+  for (const auto& p : pools_) total += p.host->weight;
+  std::vector<double> w;
+  for (const auto& p : pools_) {
+    w.push_back(p.host->weight / total);
+    min_w = w.size() == 1 ? w.back() : std::min(min_w, w.back());
+    max_w = std::max(max_w, w.back());
+  }
+  if (info_->lb_policy == LbPolicy::kRingHash) {
+    // Each host gets points in proportion to its weight, the lightest host K of them, where K
+    // is minimum_ring_size's share for the lightest host rounded up to a power of two: unlike
+    // Envoy's exact share, K then stays the same when a host joins or leaves (until the count
+    // crosses a power of two), so a change moves only the keys of the host that changed, not a
+    // reshuffle among the others. Points are XXH64("address_i"), as in Envoy.
+    uint64_t k = 1;
+    while (k < std::ceil(info_->ring_min_size * min_w)) k <<= 1;
+    double per_weight = k / min_w;  // points per unit of normalized weight
+    double cap = static_cast<double>(info_->ring_max_size);
+    if (per_weight > cap) per_weight = cap;
+    for (size_t i = 0; i < pools_.size(); ++i) {
+      std::string key = pools_[i].host->address.ToString() + "_";
+      uint64_t points = std::max<uint64_t>(1, std::llround(per_weight * w[i]));
+      for (uint64_t j = 0; j < points; ++j) {
+        ring_.emplace_back(XxHash64(key + std::to_string(j)), static_cast<uint32_t>(i));
+      }
+    }
+    std::sort(ring_.begin(), ring_.end());
+  } else if (info_->lb_policy == LbPolicy::kMaglev) {
+    // Maglev's table (Envoy's weighted form): each host walks its own permutation of the slots,
+    // (offset + skip x n) mod M, taking turns in proportion to its weight.
+    const uint64_t m = info_->maglev_table_size;
+    struct Entry {
+      uint64_t offset, skip, next = 0;
+      double target = 0;
+    };
+    std::vector<Entry> entries;
+    for (const auto& p : pools_) {
+      std::string key = p.host->address.ToString();
+      entries.push_back({XxHash64(key, 0) % m, XxHash64(key, 1) % (m - 1) + 1});
+    }
+    constexpr uint32_t kEmpty = UINT32_MAX;
+    maglev_.assign(m, kEmpty);
+    uint64_t filled = 0;
+    for (uint64_t iteration = 1; filled < m; ++iteration) {
+      for (size_t i = 0; i < entries.size() && filled < m; ++i) {
+        Entry& e = entries[i];
+        if (iteration * w[i] < e.target) continue;
+        e.target += max_w;
+        uint64_t c = (e.offset + e.skip * e.next) % m;
+        while (maglev_[c] != kEmpty) c = (e.offset + e.skip * ++e.next) % m;
+        maglev_[c] = static_cast<uint32_t>(i);
+        ++e.next;
+        ++filled;
+      }
+    }
+  }
+}
+
+ConnPool* WorkerCluster::ChoosePool(uint64_t random, const uint64_t* hash) {
   if (pools_.empty()) return nullptr;
-  if (info_->health) return ChooseHealthy(random);
-  return ChooseAny(random);
-}
-
-ConnPool* WorkerCluster::ChooseHealthy(uint64_t random) {
-  const ClusterHealth& h = *info_->health;
-  uint64_t generation = h.generation.load(std::memory_order_acquire);
-  if (generation != health_generation_) {
-    health_generation_ = generation;
-    OnHealthChanged();
-  }
-  uint32_t hosts = h.hosts.load(std::memory_order_relaxed);
-  uint32_t unhealthy = h.unhealthy.load(std::memory_order_relaxed);
-  if (unhealthy == 0 || hosts == 0 ||
-      (hosts - unhealthy) * 100.0 < info_->panic_threshold * hosts) {
-    return ChooseAny(random);  // all healthy, or panic: health is not looked at
-  }
-  // Draw as the policy draws, passing over failed hosts; a bounded number of draws, then the
-  // first healthy host in order.
+  bool health = info_->health && HealthApplies();
+  if (hash && (!ring_.empty() || !maglev_.empty())) return ChooseByHash(*hash, health);
+  if (!health) return ChooseAny(random);
+  // Draw as the policy draws, passing over hosts that are out; a bounded number of draws, then
+  // the first available host in order.
   for (size_t i = 0; i < 2 * pools_.size(); ++i) {
     ConnPool* p = ChooseAny(random);
     if (p->host().available()) return p;
@@ -162,6 +216,40 @@ ConnPool* WorkerCluster::ChooseHealthy(uint64_t random) {
     if (hp.host->available()) return hp.pool.get();
   }
   return ChooseAny(random);
+}
+
+bool WorkerCluster::HealthApplies() {
+  const ClusterHealth& h = *info_->health;
+  uint64_t generation = h.generation.load(std::memory_order_acquire);
+  if (generation != health_generation_) {
+    health_generation_ = generation;
+    OnHealthChanged();
+  }
+  uint32_t hosts = h.hosts.load(std::memory_order_relaxed);
+  uint32_t unhealthy = h.unhealthy.load(std::memory_order_relaxed);
+  // All healthy, or panic: below the threshold's share of healthy hosts, health is not looked at.
+  return unhealthy > 0 && hosts > 0 &&
+         (hosts - unhealthy) * 100.0 >= info_->panic_threshold * hosts;
+}
+
+ConnPool* WorkerCluster::ChooseByHash(uint64_t hash, bool health) {
+  if (!ring_.empty()) {
+    // The first point at or after the hash, wrapping; on past hosts that are out.
+    auto it = std::lower_bound(ring_.begin(), ring_.end(), std::make_pair(hash, uint32_t{0}));
+    size_t at = it == ring_.end() ? 0 : it - ring_.begin();
+    for (size_t k = 0; k < ring_.size(); ++k) {
+      HostPool& hp = pools_[ring_[(at + k) % ring_.size()].second];
+      if (!health || hp.host->available()) return hp.pool.get();
+    }
+  } else {
+    uint64_t h = hash;
+    for (int k = 0; k < 64; ++k) {
+      HostPool& hp = pools_[maglev_[h % maglev_.size()]];
+      if (!health || hp.host->available()) return hp.pool.get();
+      h = h * 6364136223846793005ULL + 1442695040888963407ULL;  // another slot, the same everywhere
+    }
+  }
+  return ChooseAny(hash);
 }
 
 void WorkerCluster::OnHealthChanged() {
@@ -181,6 +269,9 @@ void WorkerCluster::OnHealthChanged() {
 ConnPool* WorkerCluster::ChooseAny(uint64_t random) {
   if (pools_.size() == 1) return pools_[0].pool.get();
   switch (info_->lb_policy) {
+    case LbPolicy::kRingHash:
+    case LbPolicy::kMaglev:  // no hash to place the request by: any host
+      return pools_[random % pools_.size()].pool.get();
     case LbPolicy::kRoundRobin:
       return pools_[schedule_[rr_next_++ % schedule_.size()]].pool.get();
     case LbPolicy::kRandom:

@@ -30,7 +30,10 @@ class WorkerCluster {
   // Picks a host and returns its pool, or nullptr when the cluster has no hosts. With active
   // health checks, hosts that failed them are passed over, unless fewer than the panic
   // threshold's share are healthy (then every host takes traffic, as Envoy's panic mode).
-  ConnPool* ChoosePool(uint64_t random);
+  // `hash` (from the route's hash_policy) places the request on a RING_HASH or MAGLEV cluster:
+  // the same hash, the same host, on every worker and across restarts; without one those
+  // policies pick at random.
+  ConnPool* ChoosePool(uint64_t random, const uint64_t* hash = nullptr);
   // auto_sni: the pool of `host_pool`'s host for connections with this SNI (created when
   // needed; at most kMaxSniPools per host, idle ones evicted first), or nullptr if the host
   // has too many busy ones.
@@ -59,7 +62,11 @@ class WorkerCluster {
   void SetReclaim(ConnPool* pool);
   // The load balancer's pick among every host, health aside.
   ConnPool* ChooseAny(uint64_t random);
-  ConnPool* ChooseHealthy(uint64_t random);
+  // True when health (checks, ejections) is to be looked at: some host is out and the healthy
+  // share is above the panic threshold. Also closes idle connections to hosts that went out.
+  bool HealthApplies();
+  ConnPool* ChooseByHash(uint64_t hash, bool health);
+  void BuildHashTables();
   // A host's verdict changed: idle connections to hosts that failed are closed.
   void OnHealthChanged();
   void BuildSchedule();
@@ -73,6 +80,8 @@ class WorkerCluster {
   std::vector<HostPool> pools_;
   std::vector<std::unique_ptr<ConnPool>> draining_;
   std::vector<uint32_t> schedule_;  // weighted round-robin order (indexes into pools_)
+  std::vector<std::pair<uint64_t, uint32_t>> ring_;  // RING_HASH: (hash, pools_ index), sorted
+  std::vector<uint32_t> maglev_;                     // MAGLEV: table of pools_ indexes
   size_t rr_next_ = 0;
   uint32_t retries_waiting_ = 0;
   uint64_t health_generation_ = 0;  // the ClusterHealth generation last seen
