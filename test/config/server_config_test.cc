@@ -208,18 +208,19 @@ TEST(ServerConfigTest, UnsupportedClusterTypeAndLbPolicy) {
   ServerConfig c;
   std::vector<std::string> errors;
   std::string yaml =
-      Replace(kGood, "lb_policy: RANDOM", "lb_policy: MAGLEV\n    type: ORIGINAL_DST");
+      Replace(kGood, "lb_policy: RANDOM", "lb_policy: CLUSTER_PROVIDED\n    type: ORIGINAL_DST");
   EXPECT_FALSE(Build(yaml, &c, &errors));
   ASSERT_EQ(errors.size(), 2u);
   EXPECT_THAT(errors[0], HasSubstr("static_resources.clusters[0].type: cluster type ORIGINAL_DST"));
-  EXPECT_THAT(errors[1], HasSubstr("static_resources.clusters[0].lb_policy: lb_policy MAGLEV"));
+  EXPECT_THAT(errors[1],
+              HasSubstr("static_resources.clusters[0].lb_policy: lb_policy CLUSTER_PROVIDED"));
 }
 
 TEST(ServerConfigTest, UnsupportedFieldsAreErrorsNotIgnored) {
   std::string e = OnlyError(
-      Replace(kGood, "connect_timeout: 2s", "connect_timeout: 2s\n    outlier_detection: {}"));
-  // outlier_detection is not in rpx's proto subset, so the loader reports it as unknown.
-  EXPECT_THAT(e, HasSubstr("static_resources.clusters[0].outlier_detection"));
+      Replace(kGood, "connect_timeout: 2s", "connect_timeout: 2s\n    lb_subset_config: {}"));
+  // lb_subset_config is not in rpx's proto subset, so the loader reports it as unknown.
+  EXPECT_THAT(e, HasSubstr("static_resources.clusters[0].lb_subset_config"));
   e = OnlyError(Replace(kGood, "          route_config:\n",
                         "          rds: {route_config_name: r}\n          route_config:\n"));
   EXPECT_THAT(e, HasSubstr("only one of the 'route_specifier' fields"));
