@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """Fault run (issue 32): wrk at c=200 over 30 s through a proxy to three upstreams (bench/origin,
-one process each), one of which is killed at 10 s and restarted at 20 s. Each proxy is set up to
+one process each), one of which is killed at 10 s and restarted at 20 s (--fault kill), or stopped and continued
+(--fault stop: it hangs, accepting connections it never answers). Each proxy is set up to
 get through that as well as it can:
 
   rpx      active HTTP health checks (1 s, 2 failures / 2 passes), outlier detection (5 failures
-           in a row), retries (5xx, reset, connect-failure; 2, another host each time)
+           in a row), retries (5xx, reset, connect-failure; 2, another host each time; 1 s per
+           try)
   HAProxy  option httpchk (inter 1s fall 2 rise 2), observe layer7 with on-error mark-down,
-           retries 2, option redispatch, retry-on all-retryable-errors
+           retries 2, option redispatch, retry-on all-retryable-errors, timeout server 1s
   nginx    max_fails=1 fail_timeout=10s, proxy_next_upstream error timeout http_502/503/504
-           (3 tries); open-source nginx has no active checks
+           (3 tries), proxy_read_timeout 1s; open-source nginx has no active checks
 
 Counted per proxy: requests, client-visible errors (non-2xx answers and socket errors), req/s
 over the whole run and per second (the dip: the worst second after the kill against the median
@@ -33,9 +35,10 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 LUA = r"""
-local counts = {}
-local bad = {}
-local t0 = nil
+-- Globals: thread:get() reads a thread's globals.
+counts = {}
+bad = {}
+t0 = nil
 function response(status, headers, body)
   local now = os.time()
   if t0 == nil then t0 = now end
@@ -128,7 +131,7 @@ class Run(object):
         os.makedirs(d, exist_ok=True)
         if name == "rpx":
             eps = "".join(
-                "\n      - endpoint: {address: {socket_address: {address: 127.0.0.1, "
+                "\n        - endpoint: {address: {socket_address: {address: 127.0.0.1, "
                 "port_value: %d}}}" % u for u in ups)
             conf = """admin: {address: {socket_address: {address: 127.0.0.1, port_value: %d}}}
 static_resources:
@@ -153,6 +156,7 @@ static_resources:
                   retry_policy:
                     retry_on: 5xx,reset,connect-failure
                     num_retries: 2
+                    per_try_timeout: 1s
                     retry_host_predicate: [{name: envoy.retry_host_predicates.previous_hosts}]
                     host_selection_retry_max_attempts: 5
           http_filters: [{name: envoy.filters.http.router, typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}}]
@@ -179,14 +183,14 @@ static_resources:
                               for i, u in enumerate(ups))
             conf = """global
   nbthread 1
-  maxconn 10000
+  maxconn 9000
 defaults
   mode http
   option http-keep-alive
   http-reuse always
   timeout connect 1s
   timeout client 60s
-  timeout server 60s
+  timeout server 1s
   retries 2
   option redispatch 1
   retry-on all-retryable-errors
@@ -221,6 +225,7 @@ http {
       proxy_http_version 1.1;
       proxy_set_header Connection "";
       proxy_connect_timeout 1s;
+      proxy_read_timeout 1s;
       proxy_next_upstream error timeout http_502 http_503 http_504;
       proxy_next_upstream_tries 3;
     }
@@ -252,10 +257,16 @@ http {
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         t0 = time.time()
         time.sleep(a.duration / 3)
-        self.stop(origins[1], signal.SIGKILL)  # killed: connections reset, new ones refused
+        if a.fault == "kill":
+            self.stop(origins[1], signal.SIGKILL)  # connections reset, new ones refused
+        else:
+            origins[1].send_signal(signal.SIGSTOP)  # accepts (the kernel does), never answers
         killed_at = time.time() - t0
         time.sleep(a.duration / 3)
-        origins[1] = self.origin(ups[1])
+        if a.fault == "kill":
+            origins[1] = self.origin(ups[1])
+        else:
+            origins[1].send_signal(signal.SIGCONT)
         back_at = time.time() - t0
         out, _ = wrk.communicate(timeout=a.duration + 60)
         ticks1 = cpu_ticks(proxy.pid)
@@ -289,10 +300,13 @@ def main():
     ap.add_argument("--proxies", default="rpx,haproxy,nginx")
     ap.add_argument("--duration", type=int, default=30)
     ap.add_argument("--connections", type=int, default=200)
+    ap.add_argument("--fault", choices=("kill", "stop"), default="kill",
+                    help="kill: SIGKILL then a new process; stop: SIGSTOP then SIGCONT (a hang)")
     ap.add_argument("--rpx-bin", default=os.path.join(ROOT, "bazel-bin/source/exe/rpx"))
     ap.add_argument("--origin-bin", default=os.path.join(ROOT, "bazel-bin/bench/origin"))
-    ap.add_argument("--out", default=os.path.join(ROOT, "bench/results/fault.md"))
+    ap.add_argument("--out", default=None, help="default bench/results/fault-<fault>.md")
     a = ap.parse_args()
+    a.out = a.out or os.path.join(ROOT, "bench/results/fault-%s.md" % a.fault)
     for tool in ("wrk", "taskset", "pgrep", "haproxy", "nginx"):
         if not shutil.which(tool):
             sys.exit("fault.py needs %s" % tool)
@@ -315,12 +329,14 @@ def main():
             run.stop(p, signal.SIGKILL)
         shutil.rmtree(tmp, ignore_errors=True)
     lines = ["# Fault run", "",
-             "- command: `python3 bench/fault.py --proxies %s --duration %d --connections %d`" %
-             (a.proxies, a.duration, a.connections),
+             "- command: `python3 bench/fault.py --proxies %s --duration %d --connections %d "
+             "--fault %s`" % (a.proxies, a.duration, a.connections, a.fault),
              "- date: %s UTC; rpx: %s" % (time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
                                           a.rpx_bin),
-             "- one of three origins killed (SIGKILL) at %d s, restarted at %d s" %
-             (a.duration // 3, 2 * a.duration // 3), "",
+             "- one of three origins %s at %d s, %s at %d s" %
+             ("killed (SIGKILL)" if a.fault == "kill" else "stopped (SIGSTOP: it hangs)",
+              a.duration // 3, "restarted" if a.fault == "kill" else "continued (SIGCONT)",
+              2 * a.duration // 3), "",
              "| proxy | requests | req/s | non-2xx | socket errors | req/s before (median) | "
              "worst second after the kill | CPU µs/req |",
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
