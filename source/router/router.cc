@@ -76,6 +76,9 @@ class RouterStream final : public StreamHandler, public PoolCallbacks, public Re
   void ForwardClientCert(const HttpConfig& config, HeaderMap& h);
   void StartRouteTimer();
   void OnRouteTimeout();
+  // The route's or an attempt's timeout ended the request: a 504, or a reset once the response
+  // has started; `details` for access logs.
+  void TimedOut(const char* details);
   // Answers for rpx itself; `flags` and `details` say why, for access logs.
   void LocalReply(int status, std::string_view body, uint32_t flags, const char* details);
   FormatContext Context(const HeaderMap* response_headers) const {
@@ -391,15 +394,18 @@ void RouterStream::OnRouteTimeout() {
     client_->host_stats().rq_timeout.Inc();
     if (!encoder_.response_started()) ReportOutcome(pool_->cluster(), client_->host(), 0);
   }
-  StreamInfo& info = encoder_.stream_info();
-  info.response_flags |= kUpstreamRequestTimeout;
+  TimedOut("upstream_response_timeout");
+}
+
+void RouterStream::TimedOut(const char* details) {
+  encoder_.stream_info().response_flags |= kUpstreamRequestTimeout;
   if (encoder_.response_started()) {
     done_ = true;
     Cleanup();
     encoder_.ResetStream();
     return;
   }
-  LocalReply(504, "upstream request timeout\n", 0, "upstream_response_timeout");
+  LocalReply(504, "upstream request timeout\n", 0, details);
 }
 
 void RouterStream::OnRequestData(const char* data, size_t len, bool end_stream) {
@@ -653,14 +659,7 @@ void RouterStream::OnAttemptTimeout() {
     c->Reset();
   }
   if (MaybeRetry(r.state->RetriableFailure(RetryState::Failure::kPerTryTimeout))) return;
-  encoder_.stream_info().response_flags |= kUpstreamRequestTimeout;
-  if (encoder_.response_started()) {
-    done_ = true;
-    Cleanup();
-    encoder_.ResetStream();
-    return;
-  }
-  LocalReply(504, "upstream request timeout\n", 0, "upstream_per_try_timeout");
+  TimedOut("upstream_per_try_timeout");
 }
 
 void RouterStream::OnPoolFailure(PoolFailure reason, const std::string& detail) {

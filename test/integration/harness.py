@@ -1901,6 +1901,21 @@ class IntegrationTestCase(unittest.TestCase):
         self.addCleanup(u.stop)
         return u
 
+    def assert_refused(self, config, *wanted):
+        """`rpx --mode validate` refuses `config` (a bootstrap dict), and its output holds each
+        of `wanted`."""
+        tmp = make_tmpdir("rpx-it-validate-")
+        try:
+            path = os.path.join(tmp, "bootstrap.yaml")
+            with open(path, "w") as f:
+                f.write(to_yaml(config))
+            cp = run_rpx(["--mode", "validate", "-c", path])
+        finally:
+            remove_tmpdir(tmp)
+        self.assertNotEqual(cp.returncode, 0, cp.stdout + cp.stderr)
+        for w in wanted:
+            self.assertIn(w, cp.stdout + cp.stderr)
+
     def start_rpx(self, config, **kwargs):
         proxy = Rpx(config, **kwargs)
         self.addCleanup(proxy.cleanup)
