@@ -9,8 +9,9 @@ import hashlib
 import os
 import unittest
 
-from harness import (IntegrationTestCase, bootstrap, cluster, curl, free_port, http_listener,
-                     make_tmpdir, remove_tmpdir, route, virtual_host, wait_until)
+from harness import (IntegrationTestCase, bootstrap, cluster, curl, eds_cluster, free_port,
+                     http_listener, load_assignment, make_tmpdir, rds_listener, remove_tmpdir,
+                     route, route_configuration, virtual_host, wait_until, xds_bootstrap)
 
 PREVIOUS_HOSTS = [{"name": "envoy.retry_host_predicates.previous_hosts", "typed_config": {
     "@type": "type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3."
@@ -154,6 +155,49 @@ class RetryTest(IntegrationTestCase):
         self.ups["stuck"].fail = "stall"
         r = self.get("/x")
         self.assertEqual(r.status, 504, r)
+
+    def test_per_try_idle_timeout(self):
+        """An attempt that gets no response byte for per_try_idle_timeout is given up and
+        retried elsewhere (the route's timeout, 20 s, never comes into it)."""
+        self.start({"retry_on": "reset", "num_retries": 2, "per_try_idle_timeout": "0.3s",
+                    "retry_host_predicate": PREVIOUS_HOSTS,
+                    "host_selection_retry_max_attempts": 10}, upstreams=("stuck", "good"))
+        self.ups["stuck"].fail = "stall"
+        for _ in range(4):
+            r = self.get("/x")
+            self.assertEqual(r.status, 200, r)
+            self.assertEqual(r.json()["server"], "good")
+        self.assertGreaterEqual(self.stat("upstream_rq_per_try_timeout"), 1)
+
+    def test_a_policy_pushed_over_xds_is_applied(self):
+        """retry_policy in a RouteConfiguration from the control plane (RDS) and health checks and
+        outlier detection in a Cluster from CDS are applied, not dropped."""
+        up = {n: self.start_echo(n) for n in ("a", "b")}
+        port = free_port()
+        r = route("/", "c", timeout="20s")
+        r["route"]["retry_policy"] = {"retry_on": "5xx", "num_retries": 2,
+                                      "retry_host_predicate": PREVIOUS_HOSTS}
+        c = eds_cluster("c")
+        c["outlier_detection"] = {"consecutive_5xx": 2, "interval": "0.1s",
+                                  "base_ejection_time": "30s", "max_ejection_percent": 50}
+        xds = self.start_xds_server({"r.yaml": {
+            "listeners": [rds_listener("l", port, "routes")],
+            "routes": [route_configuration("routes", [virtual_host("all", ["*"], [r])])],
+            "clusters": [c],
+            "endpoints": [load_assignment("c", [up["a"].port, up["b"].port])]}})
+        self.proxy = self.start_rpx(xds_bootstrap(xds.port, node_id="retry-node"))
+        xds.wait_ack("RDS", 0, node="retry-node")
+        xds.wait_ack("EDS", 0, node="retry-node")
+        self.assertFalse(xds.find(r"^NACK "), xds.log_tail())
+        up["a"].fail = "503"
+        for _ in range(10):
+            resp = curl("http://127.0.0.1:%d/x" % port, timeout=20)
+            self.assertEqual(resp.status, 200, resp)
+            self.assertEqual(resp.json()["server"], "b")
+        self.assertGreaterEqual(self.proxy.stat("cluster.c.upstream_rq_retry"), 1)
+        wait_until(lambda: self.proxy.stat("cluster.c.outlier_detection.ejections_active") == 1,
+                   timeout=10, what="a ejected")
+        self.assertEqual(self.proxy.stat("control_plane.ignored_fields"), 0)
 
     def test_a_request_body_is_sent_again_intact(self):
         self.start({"retry_on": "5xx"},
