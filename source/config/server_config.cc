@@ -231,6 +231,9 @@ class Builder {
   bool UpstreamTransport(const envoy::config::core::v3::TransportSocket& ts,
                          const std::string& path, ClusterInfo* info, ClusterInfo::Transport* out);
   // The type of a transport socket's typed_config ("" if none).
+  // A Duration field that, when given, must be at least 1 ms: into *out (left as is if absent).
+  void PositiveMs(bool has, const google::protobuf::Duration& d, const std::string& path,
+                  bool required, uint64_t* out);
   std::shared_ptr<const OutlierConfig> Outlier(
       const envoy::config::cluster::v3::OutlierDetection& o, const std::string& path);
   std::shared_ptr<const HealthCheckConfig> HealthCheck(
@@ -901,21 +904,25 @@ bool Builder::BuildMatch(const envoy::config::listener::v3::FilterChainMatch& m,
   return errors_->size() == before;
 }
 
+void Builder::PositiveMs(bool has, const google::protobuf::Duration& d, const std::string& path,
+                         bool required, uint64_t* out) {
+  if (!has) {
+    if (required) Error(path, "is required");
+    return;
+  }
+  *out = Ms(d);
+  if (*out == 0) Error(path, "must be at least 1ms");
+}
+
 std::shared_ptr<const OutlierConfig> Builder::Outlier(
     const envoy::config::cluster::v3::OutlierDetection& o, const std::string& path) {
   size_t before = errors_->size();
   auto c = std::make_shared<OutlierConfig>();
-  auto duration = [&](bool has, const google::protobuf::Duration& d, const char* field,
-                      uint64_t* out) {
-    if (!has) return;
-    *out = Ms(d);
-    if (*out == 0) Error(absl::StrCat(path, ".", field), "must be at least 1ms");
-  };
-  duration(o.has_interval(), o.interval(), "interval", &c->interval_ms);
-  duration(o.has_base_ejection_time(), o.base_ejection_time(), "base_ejection_time",
-           &c->base_ejection_time_ms);
-  duration(o.has_max_ejection_time(), o.max_ejection_time(), "max_ejection_time",
-           &c->max_ejection_time_ms);
+  PositiveMs(o.has_interval(), o.interval(), path + ".interval", false, &c->interval_ms);
+  PositiveMs(o.has_base_ejection_time(), o.base_ejection_time(), path + ".base_ejection_time",
+             false, &c->base_ejection_time_ms);
+  PositiveMs(o.has_max_ejection_time(), o.max_ejection_time(), path + ".max_ejection_time", false,
+             &c->max_ejection_time_ms);
   if (o.has_max_ejection_time_jitter()) {
     c->max_ejection_time_jitter_ms = Ms(o.max_ejection_time_jitter());
   }
@@ -969,12 +976,7 @@ std::shared_ptr<const HealthCheckConfig> Builder::HealthCheck(
   auto c = std::make_shared<HealthCheckConfig>();
   auto positive = [&](const google::protobuf::Duration& d, bool has, const char* field,
                       uint64_t* out, bool required) {
-    if (!has) {
-      if (required) Error(absl::StrCat(path, ".", field), "is required");
-      return;
-    }
-    *out = Ms(d);
-    if (*out == 0) Error(absl::StrCat(path, ".", field), "must be at least 1ms");
+    PositiveMs(has, d, absl::StrCat(path, ".", field), required, out);
   };
   positive(h.timeout(), h.has_timeout(), "timeout", &c->timeout_ms, true);
   positive(h.interval(), h.has_interval(), "interval", &c->interval_ms, true);

@@ -15,10 +15,6 @@ constexpr char kPreviousHostsName[] = "envoy.retry_host_predicates.previous_host
 
 absl::string_view A(std::string_view v) { return absl::string_view(v.data(), v.size()); }
 
-uint64_t Ms(const google::protobuf::Duration& d) {
-  return static_cast<uint64_t>(d.seconds()) * 1000 + d.nanos() / 1000000;
-}
-
 // x-envoy-retriable-status-codes: "503,504".
 std::vector<uint32_t> ParseCodes(std::string_view list) {
   std::vector<uint32_t> out;
@@ -82,16 +78,18 @@ absl::StatusOr<std::shared_ptr<const RetryPolicy>> RetryPolicy::Create(
   if (!on.ok()) return err("retry_on", std::string(on.status().message()));
   out->retry_on = *on;
   if (p.has_num_retries()) out->num_retries = p.num_retries().value();
-  if (p.has_per_try_timeout()) out->per_try_timeout_ms = Ms(p.per_try_timeout());
-  if (p.has_per_try_idle_timeout()) out->per_try_idle_timeout_ms = Ms(p.per_try_idle_timeout());
+  if (p.has_per_try_timeout()) out->per_try_timeout_ms = DurationMs(p.per_try_timeout());
+  if (p.has_per_try_idle_timeout())
+    out->per_try_idle_timeout_ms = DurationMs(p.per_try_idle_timeout());
   if (p.has_retry_back_off()) {
     const auto& b = p.retry_back_off();
     if (!b.has_base_interval()) return err("retry_back_off.base_interval", "is required");
-    out->base_interval_ms = Ms(b.base_interval());
+    out->base_interval_ms = DurationMs(b.base_interval());
     if (out->base_interval_ms == 0) {
       return err("retry_back_off.base_interval", "must be at least 1ms");
     }
-    out->max_interval_ms = b.has_max_interval() ? Ms(b.max_interval()) : out->base_interval_ms * 10;
+    out->max_interval_ms =
+        b.has_max_interval() ? DurationMs(b.max_interval()) : out->base_interval_ms * 10;
     if (out->max_interval_ms < out->base_interval_ms) {
       return err("retry_back_off.max_interval", "must not be below base_interval");
     }

@@ -198,10 +198,6 @@ absl::StatusOr<std::string> ReadDataSource(const envoy::config::core::v3::DataSo
   }
 }
 
-uint64_t DurationMs(const google::protobuf::Duration& d) {
-  return static_cast<uint64_t>(d.seconds()) * 1000 + d.nanos() / 1000000;
-}
-
 absl::Status BuildAction(const Route& route, const FieldPath& path, RouteEntry* r) {
   switch (route.action_case()) {
     case Route::kRoute: {
@@ -796,6 +792,10 @@ const RouteEntry* RouteTable::Route(const RequestHead& req, const VirtualHostEnt
     if (r.Matches(req, p, query, tls)) return &r;
   }
   return nullptr;
+}
+
+uint64_t DurationMs(const google::protobuf::Duration& d) {
+  return static_cast<uint64_t>(d.seconds()) * 1000 + d.nanos() / 1000000;
 }
 
 }  // namespace rpx

@@ -84,6 +84,9 @@ struct WeightedTarget {
 // The client's certificate on the request's connection, for routes with a tls_context match.
 struct RetryPolicy;
 
+// A Duration in whole milliseconds (the route table's and retry policy's timeouts).
+uint64_t DurationMs(const google::protobuf::Duration& d);
+
 struct DownstreamTlsFacts {
   bool presented = false;  // the client sent a certificate
   bool validated = false;  // and it passed the listener's validation context

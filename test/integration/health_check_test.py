@@ -160,6 +160,15 @@ class HealthCheckTest(IntegrationTestCase):
         headers = dict(probe["headers"])
         self.assertEqual((headers["host"], headers["x-probe"]), ("health.example", "1"))
 
+    def test_alt_port_probes_another_port(self):
+        probe = self.start_echo("probe")
+        self.start(("a", "b"), http_check(alt_port=probe.port))
+        self.wait_healthy(2, "the first probes")
+        self.assertGreaterEqual(sum(1 for r in probe.requests if r["path"] == "/healthz"), 2)
+        self.assertEqual((self.probes_of("a"), self.probes_of("b")), (0, 0))
+        probe.fail = "503"  # the probe port answers for both hosts
+        self.wait_healthy(0, "both failed through the probe port")
+
     def test_tcp_checks(self):
         # Plain connect.
         self.start(("a", "b"), {"timeout": "0.5s", "interval": "0.1s",

@@ -113,5 +113,35 @@ TEST(OutlierDetectorTest, EjectsWithinMaxEjectionPercentAndBringsHostsBack) {
   EXPECT_EQ(health.ejections_active.load(), 0u);  // the ejected host left
 }
 
+TEST(OutlierDetectorTest, SuccessRateEjectsTheHostFarBelowTheOthers) {
+  Dispatcher d("test");
+  OutlierConfig c;
+  c.interval_ms = 10;
+  c.max_ejection_percent = 50;
+  c.success_rate_minimum_hosts = 5;
+  c.success_rate_request_volume = 100;
+  c.success_rate_stdev_factor = 1000;  // one standard deviation below the mean
+  auto info = MakeInfo(c);
+  auto set = std::make_shared<HostSet>();
+  std::vector<std::shared_ptr<Host>> hosts;
+  for (uint16_t p = 1000; p < 1005; ++p) {
+    hosts.push_back(MakeHost(p));
+    set->push_back(hosts.back());
+  }
+  // Four hosts answer all 200 requests well; one half of its 200 (success rates 100 x 4 and 50:
+  // mean 90, standard deviation 20, threshold 70).
+  for (int i = 0; i < 4; ++i) hosts[i]->StatsFor(0)->rq_success.Inc(200);
+  hosts[4]->StatsFor(0)->rq_success.Inc(100);
+  hosts[4]->StatsFor(0)->rq_error.Inc(100);
+  OutlierDetector detector(d, ClusterEntry{info, set});
+  // (The counters already hold these when the detector starts: its first interval reads them.)
+  ClusterHealth& health = *info->health;
+  ASSERT_TRUE(
+      d.RunUntil([&] { return health.ejections_enforced_success_rate.load() == 1; }, kWaitMs));
+  EXPECT_TRUE(hosts[4]->ejected.load());
+  for (int i = 0; i < 4; ++i) EXPECT_FALSE(hosts[i]->ejected.load()) << i;
+  EXPECT_EQ(health.ejections_detected_success_rate.load(), 1u);
+}
+
 }  // namespace
 }  // namespace rpx
