@@ -193,6 +193,11 @@ void OutlierDetector::Uneject(State& s) {
   PublishHealth(*info_->health, *hosts_);
 }
 
+uint64_t OutlierDetector::EjectedForMs(const std::string& address) const {
+  auto it = states_.find(address);
+  return it == states_.end() ? 0 : it->second.ejected_for_ms;
+}
+
 void OutlierDetector::OnHealthCheckPassed(const std::string& address) {
   if (!info_->outlier->successful_active_health_check_uneject_host) return;
   auto it = states_.find(address);

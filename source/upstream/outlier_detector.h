@@ -37,6 +37,8 @@ class OutlierDetector {
   // A passing active health check brings an ejected host back
   // (successful_active_health_check_uneject_host).
   void OnHealthCheckPassed(const std::string& address);
+  // How long the host at `address` ("ip:port") was last ejected for (ms), 0 if never; for tests.
+  uint64_t EjectedForMs(const std::string& address) const;
 
  private:
   struct State {

@@ -57,7 +57,7 @@ class OutlierDetectionTest(IntegrationTestCase):
             seen[name] = seen.get(name, 0) + 1
         return seen
 
-    def test_consecutive_5xx_ejects_and_the_host_comes_back_for_longer_each_time(self):
+    def test_consecutive_5xx_ejects_and_the_host_comes_back(self):
         self.start(("a", "b", "c"), outlier())
         self.ups["b"].fail = "503"
         self.until(lambda: self.stat("ejections_active") == 1, "b ejected")
@@ -66,15 +66,14 @@ class OutlierDetectionTest(IntegrationTestCase):
         self.assertIn("c::127.0.0.1:%d::health_flags::/failed_outlier_check" % self.ups["b"].port,
                       body.decode())
         self.assertEqual(set(self.served(12)), {"a", "c"})
-        # Back after base_ejection_time (1 s), still failing: ejected again, for 2 s this time.
+        # Back after base_ejection_time (1 s), still failing: ejected again. (How long the
+        # second ejection lasts depends on whether an interval in service passed in between, which
+        # this test does not control: outlier_detector_test checks the growth.)
         wait_until(lambda: self.stat("ejections_active") == 0, timeout=10, what="b back")
         self.until(lambda: self.stat("ejections_enforced_total") == 2, "b ejected again")
-        log = self.proxy.stderr_text()
-        port = self.ups["b"].port
-        self.assertRegex(log, r"host 127\.0\.0\.1:%d ejected for 1000 ms \(consecutive_5xx, "
-                         r"ejection 1 in a row\)" % port)
-        self.assertRegex(log, r"host 127\.0\.0\.1:%d ejected for 2000 ms \(consecutive_5xx, "
-                         r"ejection 2 in a row\)" % port)
+        self.assertRegex(self.proxy.stderr_text(),
+                         r"host 127\.0\.0\.1:%d ejected for 1000 ms \(consecutive_5xx, "
+                         r"ejection 1 in a row\)" % self.ups["b"].port)
         # Healthy again: back in the rotation once its time is up.
         self.ups["b"].fail = None
         wait_until(lambda: self.stat("ejections_active") == 0, timeout=10, what="b back")

@@ -113,6 +113,32 @@ TEST(OutlierDetectorTest, EjectsWithinMaxEjectionPercentAndBringsHostsBack) {
   EXPECT_EQ(health.ejections_active.load(), 0u);  // the ejected host left
 }
 
+TEST(OutlierDetectorTest, EjectionsInARowLastLonger) {
+  Dispatcher d("test");
+  OutlierConfig c;
+  c.interval_ms = 200;
+  c.base_ejection_time_ms = 50;
+  c.max_ejection_time_ms = 120;
+  c.max_ejection_percent = 100;
+  auto info = MakeInfo(c);
+  auto host = MakeHost(1000);
+  OutlierDetector detector(d, ClusterEntry{info, std::make_shared<HostSet>(HostSet{host})});
+  ClusterHealth& health = *info->health;
+  std::vector<uint64_t> ejected_for;
+  for (int i = 0; i < 3; ++i) {
+    // Ejected again as soon as it is back: well within the 200 ms interval that would forgive
+    // one ejection in a row.
+    info->outlier_sink->Notify(host->address, OutlierReason::kConsecutive5xx);
+    ASSERT_TRUE(d.RunUntil(
+        [&] { return health.ejections_enforced_total.load() == static_cast<uint64_t>(i + 1); },
+        kWaitMs));
+    ejected_for.push_back(detector.EjectedForMs(host->address.ToString()));
+    ASSERT_TRUE(d.RunUntil([&] { return !host->ejected.load(); }, kWaitMs));
+  }
+  // base x 1, base x 2, then capped at max_ejection_time.
+  EXPECT_EQ(ejected_for, (std::vector<uint64_t>{50, 100, 120}));
+}
+
 TEST(OutlierDetectorTest, SuccessRateEjectsTheHostFarBelowTheOthers) {
   Dispatcher d("test");
   OutlierConfig c;
