@@ -460,15 +460,6 @@ void Builder::BuildCluster(const Cluster& c, const std::string& path, ServerConf
     UpstreamTransport(m.transport_socket(), mp + ".transport_socket", info.get(), &t);
     info->transport_matches.push_back(std::move(t));
   }
-  if (info->health_check) {
-    bool tls = info->transport.tls_required;
-    for (const auto& t : info->transport_matches) tls |= t.tls_required;
-    if (tls) {
-      Error(path + ".health_checks[0]",
-            "health checks of a TLS cluster are not implemented yet (probes would go in "
-            "cleartext)");
-    }
-  }
   std::string upo = path + ".typed_extension_protocol_options.upstream_http_protocol_options";
   if (info->auto_san_validation && !info->transport.tls && !info->transport.tls_required) {
     Error(upo + ".auto_san_validation", "needs a TLS transport_socket");

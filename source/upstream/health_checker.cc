@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "source/common/assert.h"
 #include "source/common/logger.h"
+#include "source/tls/tls_transport.h"
 
 namespace rpx {
 
@@ -24,6 +25,9 @@ struct HealthChecker::Session {
   std::unique_ptr<Timer> next;     // the next probe
   std::unique_ptr<Timer> timeout;  // the probe in flight
   bool connected = false;
+  // A TLS cluster's probes speak TLS as its requests do (the host's transport, its SNI).
+  std::unique_ptr<TlsTransport> tls;
+  bool handshaken = false;
   std::string out;    // what is still to be sent
   std::string in;     // what came back
   bool first = true;  // no verdict yet: one passing probe makes it healthy
@@ -31,6 +35,9 @@ struct HealthChecker::Session {
 
   void Close() {
     event.reset();
+    if (tls && fd >= 0) tls->Shutdown(fd);
+    tls.reset();
+    handshaken = false;
     if (fd >= 0) ::close(fd);
     fd = -1;
     connected = false;
@@ -142,6 +149,18 @@ void HealthChecker::Probe(Session& s) {
   } else {
     s.out = c.send;
   }
+  const ClusterInfo::Transport& transport = info_->TransportFor(*s.host);
+  if (transport.tls_required) {
+    if (!transport.tls) {
+      Finish(s, false, true, false, "the TLS context is still waiting for its SDS secrets");
+      return;
+    }
+    // As the cluster's requests: its SNI, or with auto_sni the name the probe asks for.
+    std::string name = c.host.empty() ? info_->name : c.host;
+    std::string sni = info_->auto_sni ? name : transport.sni;
+    s.tls = std::make_unique<TlsTransport>(transport.tls, sni, nullptr,
+                                           info_->auto_san_validation ? name : "");
+  }
   int r = ::connect(s.fd, s.address.sa(), s.address.len);
   if (r < 0 && errno != EINPROGRESS) {
     Finish(s, false, true, false, absl::StrCat("connect: ", strerror(errno)));
@@ -166,16 +185,34 @@ void HealthChecker::OnSocket(Session& s, uint32_t events) {
     }
     if (!(events & (FileEvent::kWrite | FileEvent::kRead))) return;
     s.connected = true;
-    if (c.kind == HealthCheckConfig::Kind::kTcp && c.send.empty() && c.receive.empty()) {
-      Finish(s, true, false, false, "");  // connecting is all a plain TCP check asks
-      return;
+  }
+  if (s.tls && !s.handshaken) {
+    switch (s.tls->Handshake(s.fd)) {
+      case TransportSocket::HandshakeResult::kDone:
+        s.handshaken = true;
+        break;
+      case TransportSocket::HandshakeResult::kWantRead:
+        s.event->SetInterest(FileEvent::kRead);
+        return;
+      case TransportSocket::HandshakeResult::kWantWrite:
+        s.event->SetInterest(FileEvent::kWrite);
+        return;
+      case TransportSocket::HandshakeResult::kFailed:
+        Finish(s, false, true, false, absl::StrCat("TLS handshake: ", s.tls->FailureReason()));
+        return;
     }
   }
+  if (c.kind == HealthCheckConfig::Kind::kTcp && c.send.empty() && c.receive.empty()) {
+    Finish(s, true, false, false, "");  // connecting (and the handshake) is all it asks
+    return;
+  }
+  TransportSocket* t = s.tls ? static_cast<TransportSocket*>(s.tls.get())
+                             : static_cast<TransportSocket*>(&RawTransport::Instance());
   while (!s.out.empty()) {
-    ssize_t n = ::send(s.fd, s.out.data(), s.out.size(), MSG_NOSIGNAL);
+    ssize_t n = t->Write(s.fd, s.out.data(), s.out.size(), false);
     if (n < 0) {
-      if (errno == EAGAIN) break;
-      Finish(s, false, true, false, absl::StrCat("send: ", strerror(errno)));
+      if (n == -EAGAIN) break;
+      Finish(s, false, true, false, absl::StrCat("send: ", strerror(static_cast<int>(-n))));
       return;
     }
     s.out.erase(0, n);
@@ -188,13 +225,13 @@ void HealthChecker::OnSocket(Session& s, uint32_t events) {
   bool eof = false;
   char buf[4096];
   while (s.in.size() < 65536) {
-    ssize_t n = ::recv(s.fd, buf, sizeof(buf), 0);
+    ssize_t n = t->Read(s.fd, buf, sizeof(buf));
     if (n > 0) {
       s.in.append(buf, n);
       continue;
     }
     if (n == 0) eof = true;
-    if (n < 0 && errno != EAGAIN) eof = true;
+    if (n < 0 && n != -EAGAIN) eof = true;
     break;
   }
   if (c.kind == HealthCheckConfig::Kind::kTcp) {

@@ -33,8 +33,8 @@ bool Bump(std::atomic<uint32_t>& streak, uint32_t threshold) {
 
 }  // namespace
 
-void ReportOutcome(const ClusterInfo& cluster, const Host& host, int status) {
-  if (!cluster.outlier) return;
+void CountOutcome(const ClusterInfo& cluster, const Host& host, int status) {
+  RPX_ASSERT(cluster.outlier);
   const OutlierConfig& c = *cluster.outlier;
   auto notify = [&](OutlierReason r) { cluster.outlier_sink->Notify(host.address, r); };
   if (status == 0) {

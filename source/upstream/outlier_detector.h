@@ -25,8 +25,11 @@ namespace rpx {
 
 // Worker thread: what a request sent to `host` came to, an HTTP status, or 0 for a failure of
 // local origin (the connection could not be made, was reset, or timed out). Nothing unless the
-// cluster has outlier detection.
-void ReportOutcome(const ClusterInfo& cluster, const Host& host, int status);
+// cluster has outlier detection (checked inline: no call on the path of clusters without it).
+void CountOutcome(const ClusterInfo& cluster, const Host& host, int status);
+inline void ReportOutcome(const ClusterInfo& cluster, const Host& host, int status) {
+  if (cluster.outlier) CountOutcome(cluster, host, status);
+}
 
 class OutlierDetector {
  public:

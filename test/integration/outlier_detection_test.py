@@ -4,6 +4,7 @@ local-origin failures), the return after base_ejection_time and the longer eject
 time, max_ejection_percent, failure-percentage ejection, /clusters and the outlier stats.
 """
 
+import os
 import unittest
 
 from harness import (IntegrationTestCase, bootstrap, cluster, curl, free_port, http_listener,
@@ -57,8 +58,13 @@ class OutlierDetectionTest(IntegrationTestCase):
             seen[name] = seen.get(name, 0) + 1
         return seen
 
+    def open_fds(self):
+        return len(os.listdir("/proc/%d/fd" % self.proxy.proc.pid))
+
     def test_consecutive_5xx_ejects_and_the_host_comes_back(self):
         self.start(("a", "b", "c"), outlier())
+        self.served(3)
+        fds_before = self.open_fds() - self.proxy.stat("cluster.c.upstream_cx_active")
         self.ups["b"].fail = "503"
         self.until(lambda: self.stat("ejections_active") == 1, "b ejected")
         self.assertEqual(self.stat("ejections_enforced_consecutive_5xx"), 1)
@@ -78,6 +84,11 @@ class OutlierDetectionTest(IntegrationTestCase):
         self.ups["b"].fail = None
         wait_until(lambda: self.stat("ejections_active") == 0, timeout=10, what="b back")
         self.assertIn("b", self.served(12))
+        # No descriptor leaked through the ejections (pooled connections may stay).
+        wait_until(lambda: self.open_fds() <= fds_before +
+                   self.proxy.stat("cluster.c.upstream_cx_active"), timeout=10,
+                   what="descriptors back to %d + pooled (now %d)" % (fds_before,
+                                                                     self.open_fds()))
 
     def test_max_ejection_percent(self):
         self.start(("a", "b", "c"), outlier(base_ejection_time="30s"))
@@ -88,9 +99,14 @@ class OutlierDetectionTest(IntegrationTestCase):
 
     def test_refused_connections_count_as_5xx_or_as_local_origin_failures(self):
         self.start(("a", "dead"), outlier(consecutive_5xx=2))
+        self.assertEqual(self.get().status in (200, 503), True)
+        fds_before = self.open_fds() - self.proxy.stat("cluster.c.upstream_cx_active")
         self.until(lambda: self.stat("ejections_active") == 1, "the dead host ejected")
         self.assertEqual(self.stat("ejections_enforced_consecutive_5xx"), 1)
         self.assertEqual(set(self.served(10)), {"a"})
+        wait_until(lambda: self.open_fds() <= fds_before +
+                   self.proxy.stat("cluster.c.upstream_cx_active"), timeout=10,
+                   what="descriptors back (refused connects leave none)")
         self.proxy.cleanup()
         # Split: they count as local-origin failures, and 5xx streaks are their own.
         self.start(("a", "dead"), outlier(split_external_local_origin_errors=True,

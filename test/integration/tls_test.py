@@ -554,6 +554,33 @@ class UpstreamTlsTest(IntegrationTestCase):
         self.assertEqual(stats["cluster.origin.ssl.handshake"], 4)
         self.assertGreaterEqual(stats["cluster.origin.ssl.session_reused"], 1)
 
+    def test_health_checks_speak_tls(self):
+        """A TLS cluster's probes go over TLS with its SNI and validation (a cleartext probe to
+        nginx's TLS port would get 400): a verified origin is healthy; against a CA that did not
+        sign it, the handshake fails and the host is out."""
+        self.start_origin()
+        check = {"timeout": "1s", "interval": "0.1s", "no_traffic_interval": "0.1s",
+                 "unhealthy_threshold": 1, "healthy_threshold": 1,
+                 "http_health_check": {"path": "/healthz"}}
+        for ca, healthy in ((None, 1), (self.other_pki.ca, 0)):
+            self.port = free_port()
+            c = cluster("origin", self.origin_port)
+            c["transport_socket"] = {"name": "envoy.transport_sockets.tls", "typed_config": dict(
+                {"@type": UPSTREAM_TLS_TYPE}, **self.verified(san="origin.example.com", ca=ca))}
+            c["health_checks"] = [check]
+            self.proxy = self.start_rpx(bootstrap([http_listener("l", self.port, [
+                virtual_host("all", ["*"], [route("/", "origin")])])], [c]))
+            wait_until(lambda: self.proxy.stats().get("cluster.origin.health_check.attempt", 0)
+                       >= 3, timeout=20, what="probes")
+            self.assertEqual(self.proxy.stat("cluster.origin.health_check.healthy"), healthy)
+            if healthy:
+                self.assertGreater(self.proxy.stat("cluster.origin.health_check.success"), 0)
+                self.assertEqual(self.get().status, 200)
+            else:
+                self.assertGreater(
+                    self.proxy.stat("cluster.origin.health_check.network_failure"), 0)
+            self.proxy.cleanup()
+
     def test_alpn_offered_to_the_origin(self):
         """alpn_protocols as configured, less what rpx does not speak upstream (h2 until HTTP/2
         lands: offering it would let the origin pick a protocol rpx then misreads); none when
