@@ -19,6 +19,7 @@
 #include "envoy/extensions/filters/http/router/v3/router.pb.h"
 #include "envoy/extensions/filters/network/connection_limit/v3/connection_limit.pb.h"
 #include "envoy/extensions/filters/network/http_connection_manager/v3/http_connection_manager.pb.h"
+#include "envoy/extensions/network/dns_resolver/cares/v3/cares_dns_resolver.pb.h"
 #include "envoy/extensions/upstreams/http/v3/http_protocol_options.pb.h"
 #include "source/config/access_log_config.h"
 #include "source/config/tls_config.h"
@@ -215,6 +216,10 @@ class Builder {
   absl::flat_hash_set<std::string> defined_clusters;
   void BuildListener(const Listener& l, const std::string& path, ServerConfig* out);
 
+  // typed_dns_resolver_config: c-ares is the one resolver rpx has.
+  std::optional<DnsResolverConfig> TypedDnsResolver(
+      const envoy::config::core::v3::TypedExtensionConfig& t, const std::string& path);
+
  private:
   bool BuildHttp(const HttpConnectionManager& hcm, const std::string& path, uint32_t buffer_limit,
                  FilterChainConfig* lc);
@@ -234,6 +239,11 @@ class Builder {
   // A Duration field that, when given, must be at least 1 ms: into *out (left as is if absent).
   void PositiveMs(bool has, const google::protobuf::Duration& d, const std::string& path,
                   bool required, uint64_t* out);
+  // A resolver's addresses and options (CaresDnsResolverConfig's, or the deprecated fields').
+  void DnsResolvers(const google::protobuf::RepeatedPtrField<envoy::config::core::v3::Address>& in,
+                    const std::string& path, DnsResolverConfig* out);
+  void DnsResolverOptions(const envoy::config::core::v3::DnsResolverOptions& o,
+                          DnsResolverConfig* out);
   std::shared_ptr<const OutlierConfig> Outlier(
       const envoy::config::cluster::v3::OutlierDetection& o, const std::string& path);
   std::shared_ptr<const HealthCheckConfig> HealthCheck(
@@ -344,6 +354,7 @@ void Builder::BuildCluster(const Cluster& c, const std::string& path, ServerConf
     }
     info->panic_threshold = t;
   }
+  info->locality_weighted = c.common_lb_config().has_locality_weighted_lb_config();
   if (c.health_checks_size() > 1) {
     Error(path + ".health_checks", "one health check per cluster is supported");
   } else if (c.health_checks_size() == 1) {
@@ -492,14 +503,52 @@ void Builder::BuildCluster(const Cluster& c, const std::string& path, ServerConf
     default:
       break;
   }
-  if (c.has_dns_refresh_rate())
-    dns_cluster.refresh_ms = std::max<uint64_t>(1, Ms(c.dns_refresh_rate()));
+  PositiveMs(c.has_dns_refresh_rate(), c.dns_refresh_rate(), path + ".dns_refresh_rate", false,
+             &dns_cluster.refresh_ms);
+  if (c.has_dns_failure_refresh_rate()) {
+    const auto& fr = c.dns_failure_refresh_rate();
+    std::string fp = path + ".dns_failure_refresh_rate";
+    PositiveMs(fr.has_base_interval(), fr.base_interval(), fp + ".base_interval", true,
+               &dns_cluster.failure_base_ms);
+    dns_cluster.failure_max_ms = dns_cluster.failure_base_ms * 10;  // Envoy's default
+    if (fr.has_max_interval()) {
+      PositiveMs(true, fr.max_interval(), fp + ".max_interval", false, &dns_cluster.failure_max_ms);
+      if (dns_cluster.failure_max_ms < dns_cluster.failure_base_ms) {
+        Error(fp + ".max_interval", "must not be shorter than base_interval");
+      }
+    }
+  }
+  dns_cluster.respect_dns_ttl = c.respect_dns_ttl();
+  // The resolver: typed_dns_resolver_config wins over dns_resolution_config, which wins over the
+  // deprecated dns_resolvers and use_tcp_for_dns_lookups (Envoy's order).
+  if (c.has_typed_dns_resolver_config()) {
+    dns_cluster.resolver =
+        TypedDnsResolver(c.typed_dns_resolver_config(), path + ".typed_dns_resolver_config");
+  } else if (c.has_dns_resolution_config()) {
+    DnsResolverConfig r;
+    const auto& rc = c.dns_resolution_config();
+    if (rc.resolvers().empty()) {
+      Error(path + ".dns_resolution_config.resolvers", "needs at least one resolver");
+    }
+    DnsResolvers(rc.resolvers(), path + ".dns_resolution_config.resolvers", &r);
+    DnsResolverOptions(rc.dns_resolver_options(), &r);
+    dns_cluster.resolver = r;
+  } else if (!c.dns_resolvers().empty() || c.use_tcp_for_dns_lookups()) {
+    DnsResolverConfig r;
+    DnsResolvers(c.dns_resolvers(), path + ".dns_resolvers", &r);
+    r.use_tcp = c.use_tcp_for_dns_lookups();
+    dns_cluster.resolver = r;
+  }
+  // On a cluster that resolves nothing the DNS fields mean nothing, and Envoy accepts them there
+  // (control planes set dns_refresh_rate or a resolver on every cluster): accepted, unused.
   const auto& la = c.load_assignment();
   if (!la.cluster_name().empty() && la.cluster_name() != c.name()) {
     Error(path + ".load_assignment.cluster_name",
           absl::StrCat("'", la.cluster_name(), "' differs from the cluster name '", c.name(), "'"));
   }
   BuildHosts(la, path + ".load_assignment", dns ? &dns_cluster : nullptr, hosts.get());
+  dns_cluster.overprovisioning_factor = hosts->overprovisioning_factor;
+  dns_cluster.weighted_priority_health = hosts->weighted_priority_health;
   if (dns && dns_cluster.targets.empty()) {
     Error(path + ".load_assignment", absl::StrCat("a ", logical_dns ? "LOGICAL_DNS" : "STRICT_DNS",
                                                   " cluster needs at least one endpoint"));
@@ -512,32 +561,44 @@ void Builder::BuildCluster(const Cluster& c, const std::string& path, ServerConf
   if (errors_->size() != errors_before) return;
   info->stats_slots = std::max<uint32_t>(1, options_.stats_slots);
   info->stats.reset(new ClusterStats[info->stats_slots]);
-  if (dns) {
-    if (options_.resolve_dns) {
-      std::vector<std::string> dns_errors;
-      hosts = std::const_pointer_cast<HostSet>(ResolveDnsCluster(dns_cluster, &dns_errors));
-      for (const auto& e : dns_errors) {
-        // Not fatal (as in Envoy): the cluster has no hosts until a later resolution works.
-        fprintf(stderr, "warning: cluster '%s': %s\n", c.name().c_str(), e.c_str());
-      }
-    }
-    out->dns_clusters.push_back(std::move(dns_cluster));
-  }
+  // Resolved later, asynchronously, by the main thread (never here: --mode validate and config
+  // updates must not wait on DNS); until the first answer the cluster has no hosts.
+  if (dns) out->dns_clusters.push_back(std::move(dns_cluster));
   out->clusters[c.name()] = ClusterEntry{std::move(info), std::move(hosts)};
 }
 
 void Builder::BuildHosts(const envoy::config::endpoint::v3::ClusterLoadAssignment& la,
                          const std::string& path, DnsCluster* dns, HostSet* hosts) {
+  if (la.has_policy()) {
+    const auto& policy = la.policy();
+    if (policy.has_overprovisioning_factor()) {
+      hosts->overprovisioning_factor = policy.overprovisioning_factor().value();
+      if (hosts->overprovisioning_factor == 0) {
+        Error(path + ".policy.overprovisioning_factor", "must be positive");
+      }
+    }
+    hosts->weighted_priority_health = policy.weighted_priority_health();
+  }
   for (int i = 0; i < la.endpoints_size(); ++i) {
     const auto& loc = la.endpoints(i);
+    std::string lp = absl::StrCat(path, ".endpoints[", i, "]");
+    if (loc.priority() > 128) Error(lp + ".priority", "must be at most 128");
+    uint32_t locality_weight = 0;
+    if (loc.has_load_balancing_weight()) {
+      locality_weight = loc.load_balancing_weight().value();
+      if (locality_weight == 0) Error(lp + ".load_balancing_weight", "must be at least 1");
+    }
+    std::string locality = absl::StrCat(loc.locality().region(), "/", loc.locality().zone(), "/",
+                                        loc.locality().sub_zone());
     for (int j = 0; j < loc.lb_endpoints_size(); ++j) {
       const auto& lbe = loc.lb_endpoints(j);
-      std::string ep = absl::StrCat(path, ".endpoints[", i, "].lb_endpoints[", j, "]");
+      std::string ep = absl::StrCat(lp, ".lb_endpoints[", j, "]");
       auto hs = lbe.health_status();
-      if (hs == envoy::config::core::v3::UNHEALTHY || hs == envoy::config::core::v3::DRAINING ||
-          hs == envoy::config::core::v3::TIMEOUT) {
-        continue;  // as Envoy: such endpoints take no traffic
-      }
+      // As Envoy: such endpoints take no traffic (unless their level panics), but they count in
+      // the size of their priority level.
+      bool eds_unhealthy = hs == envoy::config::core::v3::UNHEALTHY ||
+                           hs == envoy::config::core::v3::DRAINING ||
+                           hs == envoy::config::core::v3::TIMEOUT;
       uint32_t weight = lbe.has_load_balancing_weight() ? lbe.load_balancing_weight().value() : 1;
       if (weight == 0) {
         Error(ep + ".load_balancing_weight", "must be at least 1");
@@ -554,7 +615,9 @@ void Builder::BuildHosts(const envoy::config::endpoint::v3::ClusterLoadAssignmen
         continue;
       }
       if (dns) {
-        dns->targets.push_back({sa.address(), sa.port_value(), weight});
+        if (eds_unhealthy) continue;  // a DNS target is resolved to take traffic, or left out
+        dns->targets.push_back(
+            {sa.address(), sa.port_value(), weight, loc.priority(), locality, locality_weight});
         continue;
       }
       SocketAddress a;
@@ -563,6 +626,10 @@ void Builder::BuildHosts(const envoy::config::endpoint::v3::ClusterLoadAssignmen
       h->address = a;
       h->hostname = lbe.endpoint().hostname();
       h->weight = weight;
+      h->priority = loc.priority();
+      h->locality = locality;
+      h->locality_weight = locality_weight;
+      h->eds_unhealthy = eds_unhealthy;
       h->AllocateStats(options_.stats_slots);
       auto md = lbe.metadata().filter_metadata().find("envoy.transport_socket_match");
       if (md != lbe.metadata().filter_metadata().end()) {
@@ -903,6 +970,59 @@ void Builder::PositiveMs(bool has, const google::protobuf::Duration& d, const st
   }
   *out = Ms(d);
   if (*out == 0) Error(path, "must be at least 1ms");
+}
+
+void Builder::DnsResolvers(
+    const google::protobuf::RepeatedPtrField<envoy::config::core::v3::Address>& in,
+    const std::string& path, DnsResolverConfig* out) {
+  for (int i = 0; i < in.size(); ++i) {
+    std::string ap = absl::StrCat(path, "[", i, "]");
+    if (!in[i].has_socket_address()) {
+      Error(ap, "socket_address is required");
+      continue;
+    }
+    const auto& sa = in[i].socket_address();
+    // A name server is asked by its address: a name here would need a resolver to find it.
+    auto parsed = SocketAddress::FromIpPort(sa.address(), sa.port_value());
+    if (!parsed.ok()) {
+      Error(ap + ".socket_address.address",
+            absl::StrCat("'", sa.address(),
+                         "' is not an IP address (a DNS resolver is given by "
+                         "its address)"));
+      continue;
+    }
+    out->resolvers.push_back(*parsed);  // port 0: 53
+  }
+}
+
+void Builder::DnsResolverOptions(const envoy::config::core::v3::DnsResolverOptions& o,
+                                 DnsResolverConfig* out) {
+  out->use_tcp = o.use_tcp_for_dns_lookups();
+  out->no_search = o.no_default_search_domain();
+}
+
+std::optional<DnsResolverConfig> Builder::TypedDnsResolver(
+    const envoy::config::core::v3::TypedExtensionConfig& t, const std::string& path) {
+  envoy::extensions::network::dns_resolver::cares::v3::CaresDnsResolverConfig cares;
+  if (!t.has_typed_config() || !t.typed_config().Is<decltype(cares)>()) {
+    Error(path + ".typed_config",
+          absl::StrCat("unsupported DNS resolver type '", t.typed_config().type_url(),
+                       "' (rpx has c-ares: envoy.extensions.network.dns_resolver.cares.v3."
+                       "CaresDnsResolverConfig)"));
+    return std::nullopt;
+  }
+  if (!t.typed_config().UnpackTo(&cares)) {
+    Error(path + ".typed_config", "cannot decode CaresDnsResolverConfig");
+    return std::nullopt;
+  }
+  DnsResolverConfig out;
+  std::string cp = path + ".typed_config";
+  if (cares.resolvers().empty()) {
+    Error(cp + ".resolvers", "needs at least one resolver");  // Envoy's rule (min_items: 1)
+  }
+  DnsResolvers(cares.resolvers(), cp + ".resolvers", &out);
+  DnsResolverOptions(cares.dns_resolver_options(), &out);
+  return out;
 }
 
 std::shared_ptr<const OutlierConfig> Builder::Outlier(
@@ -1296,44 +1416,6 @@ std::shared_ptr<const HostSet> BuildHostSet(
   return hosts;
 }
 
-std::shared_ptr<const HostSet> ResolveDnsCluster(const DnsCluster& dns,
-                                                 std::vector<std::string>* errors) {
-  auto hosts = std::make_shared<HostSet>();
-  for (const auto& t : dns.targets) {
-    auto resolved = ResolveHost(t.hostname, t.port);
-    if (!resolved.ok()) {
-      errors->push_back(std::string(resolved.status().message()));
-      continue;
-    }
-    using Family = DnsCluster::Family;
-    std::vector<SocketAddress> addrs;
-    for (const auto& a : *resolved) {
-      if (dns.family == Family::kV4Only && a.family() != AF_INET) continue;
-      if (dns.family == Family::kV6Only && a.family() != AF_INET6) continue;
-      addrs.push_back(a);
-    }
-    if (dns.family == Family::kAuto || dns.family == Family::kV4Preferred) {
-      int first = dns.family == Family::kAuto ? AF_INET6 : AF_INET;
-      std::stable_partition(addrs.begin(), addrs.end(),
-                            [first](const SocketAddress& a) { return a.family() == first; });
-    }
-    if (addrs.empty()) {
-      errors->push_back(absl::StrCat("'", t.hostname, "' has no address of the family asked for"));
-      continue;
-    }
-    if (dns.logical) addrs.resize(1);
-    for (const auto& a : addrs) {
-      auto h = std::make_shared<Host>();
-      h->address = a;
-      h->hostname = t.hostname;
-      h->weight = t.weight;
-      h->AllocateStats(dns.stats_slots);
-      hosts->push_back(std::move(h));
-    }
-  }
-  return hosts;
-}
-
 namespace {
 
 // Flattens a runtime layer's Struct into dotted keys (Envoy's static_layer rules: nested objects
@@ -1507,6 +1589,10 @@ bool BuildServerConfig(const envoy::config::bootstrap::v3::Bootstrap& bootstrap,
     }
   }
   Builder b(opts, errors);
+  if (bootstrap.has_typed_dns_resolver_config()) {
+    out->dns_resolver =
+        b.TypedDnsResolver(bootstrap.typed_dns_resolver_config(), "typed_dns_resolver_config");
+  }
   out->node_id = bootstrap.node().id();
   out->node_cluster = bootstrap.node().cluster();
   if (bootstrap.has_admin()) {

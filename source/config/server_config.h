@@ -204,12 +204,25 @@ class GlobalConnectionLimit {
   std::atomic<int64_t> active_{0};
 };
 
-// A STRICT_DNS cluster's names, re-resolved every refresh_ms by the main thread.
+// Where a DNS cluster's names are asked (Envoy's CaresDnsResolverConfig).
+struct DnsResolverConfig {
+  std::vector<SocketAddress> resolvers;  // empty: /etc/resolv.conf's
+  bool use_tcp = false;                  // dns_resolver_options.use_tcp_for_dns_lookups
+  bool no_search = false;                // dns_resolver_options.no_default_search_domain
+};
+
+// A STRICT_DNS or LOGICAL_DNS cluster's names, resolved asynchronously by the main thread (see
+// source/server/dns_refresher.h): again refresh_ms after a round (or the answer's TTL with
+// respect_dns_ttl), sooner after a failure with dns_failure_refresh_rate.
 struct DnsCluster {
   struct Target {
     std::string hostname;
     uint32_t port;
     uint32_t weight;
+    // As Host's: every address of the target takes these.
+    uint32_t priority = 0;
+    std::string locality;
+    uint32_t locality_weight = 0;
   };
   std::string cluster;
   std::vector<Target> targets;
@@ -220,6 +233,17 @@ struct DnsCluster {
   // IPv6 first); ALL keeps it as it is.
   enum class Family { kAuto, kV4Only, kV6Only, kV4Preferred, kAll } family = Family::kAuto;
   uint64_t refresh_ms = 5000;
+  // load_assignment.policy, for the host sets the answers make.
+  uint32_t overprovisioning_factor = 140;
+  bool weighted_priority_health = false;
+  // dns_failure_refresh_rate: after a failed round the next comes after a jittered exponential
+  // backoff from failure_base_ms, capped at failure_max_ms. 0: refresh_ms, as after a success.
+  uint64_t failure_base_ms = 0;
+  uint64_t failure_max_ms = 0;
+  bool respect_dns_ttl = false;  // the next round after the answer's TTL (0: refresh_ms)
+  // typed_dns_resolver_config / dns_resolution_config / dns_resolvers; unset: the bootstrap's
+  // typed_dns_resolver_config, else the system's.
+  std::optional<DnsResolverConfig> resolver;
 };
 
 struct ServerConfig {
@@ -228,6 +252,8 @@ struct ServerConfig {
   std::vector<std::shared_ptr<const ListenerConfig>> listeners;
   ClusterMap clusters;
   std::vector<DnsCluster> dns_clusters;
+  // Bootstrap.typed_dns_resolver_config: the resolver of DNS clusters that name none.
+  std::optional<DnsResolverConfig> dns_resolver;
   std::optional<SocketAddress> admin_address;
   // admin.access_log (and the deprecated access_log_path): the loggers and what they need
   // recorded, in an HttpConfig the admin's own takes them from (null: none).
@@ -238,7 +264,6 @@ struct ServerConfig {
 
 struct BuildOptions {
   uint32_t stats_slots = 1;  // number of workers: one stats block each
-  bool resolve_dns = true;   // false in --mode validate
   std::string source;        // file name, for messages
   SecretMap secrets;         // static_resources.secrets
   SecretMap sds_secrets;     // secrets that arrived over SDS
@@ -269,16 +294,13 @@ std::shared_ptr<const ListenerConfig> BuildListener(const envoy::config::listene
                                                     const std::string& path,
                                                     const BuildOptions& options,
                                                     std::vector<std::string>* errors);
-// For a STRICT_DNS cluster `dns` receives its targets; EDS clusters come back with no hosts.
+// For a STRICT_DNS or LOGICAL_DNS cluster `dns` receives its targets (nothing is resolved here:
+// the cluster comes back with no hosts); EDS clusters come back with no hosts.
 bool BuildCluster(const envoy::config::cluster::v3::Cluster& c, const std::string& path,
                   const BuildOptions& options, ClusterEntry* out, std::optional<DnsCluster>* dns,
                   std::vector<std::string>* errors);
 std::shared_ptr<const HostSet> BuildHostSet(
     const envoy::config::endpoint::v3::ClusterLoadAssignment& cla, const std::string& path,
     uint32_t stats_slots, std::vector<std::string>* errors);
-
-// Resolves a STRICT_DNS cluster's targets into hosts (blocking; main thread).
-std::shared_ptr<const HostSet> ResolveDnsCluster(const DnsCluster& dns,
-                                                 std::vector<std::string>* errors);
 
 }  // namespace rpx

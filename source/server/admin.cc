@@ -11,6 +11,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "source/common/logger.h"
 #include "source/server/admin_stats.h"
 #include "source/server/config_dump.h"
@@ -312,6 +313,7 @@ namespace {
 // Envoy's health flags for /clusters: "healthy", or the failures joined ("/failed_active_hc").
 std::string HealthFlags(const Host& h, const ClusterInfo& c) {
   std::string flags;
+  if (h.eds_unhealthy) flags += "/failed_eds_health";
   if (c.health && h.failed_active_hc.load(std::memory_order_relaxed)) flags += "/failed_active_hc";
   if (c.health && h.ejected.load(std::memory_order_relaxed)) flags += "/failed_outlier_check";
   return flags.empty() ? "healthy" : flags;
@@ -333,8 +335,7 @@ std::string HealthStatusJson(const Host& h, const ClusterInfo& c) {
 
 std::string Admin::Clusters(bool json, std::string* content_type) const {
   // Envoy's shape, with what rpx knows: circuit breaker limits, and per host its counters
-  // (summed over the workers), address, hostname, weight and health (hosts EDS marks unhealthy
-  // are not in the set at all).
+  // (summed over the workers), address, hostname, weight, priority, locality and health.
   struct Sum {
     uint64_t cx_total = 0, cx_connect_fail = 0, rq_total = 0, rq_success = 0, rq_error = 0,
              rq_timeout = 0;
@@ -389,7 +390,12 @@ std::string Admin::Clusters(bool json, std::string* content_type) const {
           absl::StrAppend(&out, hp, "hostname::", h->hostname, "\n");
           absl::StrAppend(&out, hp, "health_flags::", HealthFlags(*h, *entry.info), "\n");
           absl::StrAppend(&out, hp, "weight::", h->weight, "\n");
-          absl::StrAppend(&out, hp, "priority::0\n");
+          absl::StrAppend(&out, hp, "priority::", h->priority, "\n");
+          std::vector<std::string> locality = absl::StrSplit(h->locality, '/');
+          if (locality.size() == 3) {
+            absl::StrAppend(&out, hp, "region::", locality[0], "\n", hp, "zone::", locality[1],
+                            "\n", hp, "sub_zone::", locality[2], "\n");
+          }
         }
       }
       continue;
@@ -421,8 +427,8 @@ std::string Admin::Clusters(bool json, std::string* content_type) const {
         absl::StrAppend(&out, first_host ? "" : ",", "{\"address\":", SocketAddressJson(h->address),
                         ",\"stats\":", stats, ",\"hostname\":", JsonQuote(h->hostname),
                         ",\"health_status\":{", HealthStatusJson(*h, *entry.info),
-                        "\"eds_health_status\":\"HEALTHY\"},\"weight\":", h->weight,
-                        ",\"priority\":0}");
+                        "\"eds_health_status\":\"", h->eds_unhealthy ? "UNHEALTHY" : "HEALTHY",
+                        "\"},\"weight\":", h->weight, ",\"priority\":", h->priority, "}");
         first_host = false;
       }
     }
@@ -523,6 +529,7 @@ std::vector<StatEntry> Admin::CollectStats(bool used_only) const {
     RPX_CLUSTER_STAT(upstream_rq_3xx)
     RPX_CLUSTER_STAT(upstream_rq_4xx)
     RPX_CLUSTER_STAT(upstream_rq_5xx)
+    RPX_CLUSTER_STAT(lb_healthy_panic)
     if (c.transport.tls_required || !c.transport_matches.empty()) {
       auto sum = [&](Counter ClusterStats::*field) {
         int64_t total = 0;

@@ -89,6 +89,30 @@ ConfigManager::ConfigManager(Dispatcher& main, std::vector<std::unique_ptr<Worke
     if (c.info->eds) static_eds_waiting_.insert(name);
   }
   health_checkers_.Sync(config_.clusters);
+  // Static DNS clusters start resolving now, before any listener accepts; /ready waits for
+  // each one's first round (bounded).
+  for (const auto& dns : config_.dns_clusters) {
+    const std::string name = dns.cluster;
+    static_dns_waiting_.insert(name);
+    auto r = StartDns(
+        dns, [this, name](std::shared_ptr<const HostSet> hosts) { UpdateStaticHosts(name, hosts); },
+        [this, name] { static_dns_waiting_.erase(name); });
+    if (r) {
+      static_dns_[name] = std::move(r);
+    } else {
+      static_dns_waiting_.erase(name);
+    }
+  }
+  if (!static_dns_waiting_.empty()) {
+    static_dns_timer_ = main_.CreateTimer([this] {
+      for (const auto& name : static_dns_waiting_) {
+        RPX_LOG(kWarn, "cluster '%s': no DNS answer within %llu ms; ready without it", name,
+                static_cast<unsigned long long>(kStaticDnsWaitMs));
+      }
+      static_dns_waiting_.clear();
+    });
+    static_dns_timer_->Enable(kStaticDnsWaitMs);
+  }
   if (config_.xds.dynamic()) {
     init_timer_ = main_.CreateTimer([this] {
       if (!initialized()) RPX_LOG(kWarn, "xDS: initial fetch timed out; serving what has arrived");
@@ -112,6 +136,55 @@ BuildOptions ConfigManager::Options(const std::string& source) const {
   o.secrets = static_secrets_;
   for (const auto& [name, secret] : secrets_) o.sds_secrets[name] = secret.proto;
   return o;
+}
+
+std::unique_ptr<DnsRefresher> ConfigManager::StartDns(
+    const DnsCluster& dns, std::function<void(std::shared_ptr<const HostSet>)> publish,
+    std::function<void()> first_round_done) {
+  auto make = [this](const DnsResolverConfig& rc) -> std::shared_ptr<DnsResolver> {
+    DnsResolverOptions o;
+    o.servers = rc.resolvers;
+    o.use_tcp = rc.use_tcp;
+    o.no_search = rc.no_search;
+    auto r = CaresDnsResolver::Create(main_, o);
+    if (!r.ok()) {
+      RPX_LOG(kError, "DNS resolver: %s", r.status().message());
+      return nullptr;
+    }
+    return std::shared_ptr<DnsResolver>(std::move(*r));
+  };
+  std::shared_ptr<DnsResolver> resolver;
+  if (dns.resolver) {
+    resolver = make(*dns.resolver);
+  } else {
+    if (!default_resolver_) {
+      default_resolver_ = make(config_.dns_resolver.value_or(DnsResolverConfig{}));
+    }
+    resolver = default_resolver_;
+  }
+  if (!resolver) {
+    RPX_LOG(kError, "cluster '%s': no DNS resolver; it gets no hosts", dns.cluster);
+    return nullptr;
+  }
+  auto r = std::make_unique<DnsRefresher>(main_, std::move(resolver), dns, std::move(publish),
+                                          std::move(first_round_done));
+  r->Start();
+  return r;
+}
+
+void ConfigManager::DnsStats(std::map<std::string, int64_t>* out) const {
+  auto add = [out](const std::string& name, const DnsRefresher& r) {
+    std::string p = absl::StrCat("cluster.", name, ".");
+    const DnsRefresher::Stats& s = r.stats();
+    (*out)[p + "update_attempt"] = static_cast<int64_t>(s.update_attempt);
+    (*out)[p + "update_success"] = static_cast<int64_t>(s.update_success);
+    (*out)[p + "update_failure"] = static_cast<int64_t>(s.update_failure);
+    (*out)[p + "update_no_rebuild"] = static_cast<int64_t>(s.update_no_rebuild);
+  };
+  for (const auto& [name, r] : static_dns_) add(name, *r);
+  for (const auto& [name, d] : clusters_) {
+    if (d.dns) add(name, *d.dns);
+  }
 }
 
 bool ConfigManager::OpenSockets(const ListenerConfig& l, std::vector<int>* fds, std::string* error,
@@ -184,7 +257,8 @@ std::string ConfigManager::Apply(const std::string& type_url, const XdsResourceM
 std::string ConfigManager::ApplyClusters(const XdsResourceMap& resources,
                                          const std::string& version) {
   std::vector<std::string> errors;
-  std::map<std::string, ClusterEntry> built;  // new or changed clusters
+  std::map<std::string, ClusterEntry> built;    // new or changed clusters
+  std::map<std::string, DnsCluster> built_dns;  // those of them that resolve names
   uint64_t ignored = 0;
   for (const auto& [name, res] : resources) {
     std::string path = absl::StrCat("Cluster '", name, "'");
@@ -224,11 +298,7 @@ std::string ConfigManager::ApplyClusters(const XdsResourceMap& resources,
         continue;
       }
     }
-    if (dns) {
-      std::vector<std::string> dns_errors;
-      e.hosts = ResolveDnsCluster(*dns, &dns_errors);
-      for (const auto& m : dns_errors) RPX_LOG(kWarn, "%s: %s", path, m);
-    }
+    if (dns) built_dns[name] = std::move(*dns);  // resolved once accepted, by its refresher
     built[name] = std::move(e);
   }
   if (!errors.empty()) return Errors(errors);
@@ -261,14 +331,39 @@ std::string ConfigManager::ApplyClusters(const XdsResourceMap& resources,
         d.endpoints_arrived = true;
       }
     }
+    auto bd = built_dns.find(name);
+    if (bd != built_dns.end()) {
+      // Warms until its first round of DNS finished; the form it replaces (if any) serves until
+      // then. Its answers land in entry.hosts (and serving, once warm). Replacing or removing
+      // the cluster destroys this refresher, which cancels its queries.
+      d.dns = StartDns(
+          bd->second,
+          [this, name](std::shared_ptr<const HostSet> hosts) {
+            auto it = clusters_.find(name);
+            if (it == clusters_.end()) return;
+            it->second.entry.hosts = std::move(hosts);
+            if (!it->second.warm) return;
+            UpdateWarmth(it->second);
+            PublishClusters();
+          },
+          [this, name] {
+            auto it = clusters_.find(name);
+            if (it == clusters_.end()) return;
+            it->second.dns_resolved = true;
+            UpdateWarmth(it->second);
+            PublishClusters();
+          });
+      if (!d.dns) d.dns_resolved = true;  // logged; serves with no hosts rather than warming
+    }
     UpdateWarmth(d);
     if (!d.warm) {
       d.warm_timer = main_.CreateTimer([this, name] {
         auto it = clusters_.find(name);
         if (it == clusters_.end() || it->second.warm) return;
         RPX_LOG(kWarn, "cluster '%s': %s within initial_fetch_timeout", name,
-                it->second.endpoints_arrived || !it->second.entry.info->eds ? "no TLS secrets"
-                                                                            : "no endpoints");
+                it->second.dns && !it->second.dns_resolved                    ? "no DNS answer"
+                : it->second.endpoints_arrived || !it->second.entry.info->eds ? "no TLS secrets"
+                                                                              : "no endpoints");
         it->second.warm = true;
         it->second.serving = it->second.entry;
         it->second.has_serving = true;
@@ -355,7 +450,7 @@ std::string ConfigManager::ApplyEndpoints(const XdsResourceMap& resources,
 
 bool ConfigManager::ClusterReady(const DynCluster& d) {
   const ClusterInfo& info = *d.entry.info;
-  return (!info.eds || d.endpoints_arrived) && !info.tls_pending();
+  return (!info.eds || d.endpoints_arrived) && !info.tls_pending() && (!d.dns || d.dns_resolved);
 }
 
 void ConfigManager::UpdateWarmth(DynCluster& d) {
@@ -971,6 +1066,7 @@ void ConfigManager::RebuildListenerList() {
 }
 
 bool ConfigManager::initialized() const {
+  if (!static_dns_waiting_.empty()) return false;  // a static DNS cluster's first answer
   if (!config_.xds.dynamic()) return true;
   if (init_timed_out_) return true;
   if (config_.xds.cds && !cds_applied_) return false;

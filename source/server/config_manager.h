@@ -26,6 +26,7 @@
 #include "source/config/xds_sources.h"
 #include "source/event/dispatcher.h"
 #include "source/network/listener.h"
+#include "source/server/dns_refresher.h"
 #include "source/server/worker.h"
 #include "source/upstream/health_checker.h"
 
@@ -49,8 +50,13 @@ class ConfigManager : public XdsApplier {
   void set_inherited(InheritedSockets* inherited) { inherited_ = inherited; }
   // Where listeners that arrive over LDS open their access logs (the bootstrap's files).
   void set_log_files(LogFileManager* files) { log_files_ = files; }
-  // A static STRICT_DNS cluster was re-resolved.
+  // A static STRICT_DNS or LOGICAL_DNS cluster's hosts changed (its DnsRefresher).
   void UpdateStaticHosts(const std::string& cluster, std::shared_ptr<const HostSet> hosts);
+  // The DNS clusters' refresh stats (cluster.<name>.update_attempt, ...), for /stats.
+  void DnsStats(std::map<std::string, int64_t>* out) const;
+  // How long /ready waits for a static DNS cluster's first resolution at most (a dead DNS
+  // server must not hold startup forever).
+  static constexpr uint64_t kStaticDnsWaitMs = 5000;
 
   // XdsApplier
   std::string Apply(const std::string& type_url, const XdsResourceMap& resources,
@@ -60,6 +66,9 @@ class ConfigManager : public XdsApplier {
   // True once the first CDS and LDS answers were applied, every static EDS cluster has its first
   // endpoints, and nothing is warming (or the initial fetch timeout passed): what /ready reports.
   bool initialized() const;
+  // A static DNS cluster's first resolution is still to finish (bounded by kStaticDnsWaitMs):
+  // the server waits for it before its listeners accept, as Envoy's cluster initialization does.
+  bool static_dns_pending() const { return !static_dns_waiting_.empty(); }
   // rpx's compact view (GET /config_summary): each resource's name, version, state and config,
   // and the xDS stream's state per type with the last NACK.
   std::string ConfigSummaryJson() const;
@@ -91,6 +100,9 @@ class ConfigManager : public XdsApplier {
     std::string version;
     int64_t updated_ms = 0;
     bool endpoints_arrived = false;  // an EDS cluster's first assignment is in entry.hosts
+    // A DNS cluster's resolution; it warms until the first round finished.
+    std::unique_ptr<DnsRefresher> dns;
+    bool dns_resolved = false;
     bool warm = false;
     std::unique_ptr<Timer> warm_timer;
   };
@@ -168,6 +180,11 @@ class ConfigManager : public XdsApplier {
   bool OpenSockets(const ListenerConfig& l, std::vector<int>* fds, std::string* error,
                    bool replacing = false);
   BuildOptions Options(const std::string& source) const;
+  // A refresher for `dns` on its own resolver or the shared one (nullptr if c-ares cannot
+  // start: logged). Started.
+  std::unique_ptr<DnsRefresher> StartDns(
+      const DnsCluster& dns, std::function<void(std::shared_ptr<const HostSet>)> publish,
+      std::function<void()> first_round_done);
 
   Dispatcher& main_;
   std::vector<std::unique_ptr<Worker>>& workers_;
@@ -186,6 +203,13 @@ class ConfigManager : public XdsApplier {
   SecretMap static_secrets_;  // static_resources.secrets, for TLS contexts of dynamic resources
   // Static EDS clusters (by cluster name) whose first ClusterLoadAssignment has not arrived.
   std::set<std::string> static_eds_waiting_;
+  // The resolver of DNS clusters that name none (the bootstrap's, else the system's), made at
+  // first use; the static DNS clusters' refreshers, and those whose first round is still out
+  // (until kStaticDnsWaitMs passed).
+  std::shared_ptr<DnsResolver> default_resolver_;
+  std::map<std::string, std::unique_ptr<DnsRefresher>> static_dns_;
+  std::set<std::string> static_dns_waiting_;
+  std::unique_ptr<Timer> static_dns_timer_;
   std::vector<std::shared_ptr<const ListenerConfig>> static_listeners_;
   std::map<std::string, DynCluster> clusters_;
   std::map<std::string, Endpoints> endpoints_;

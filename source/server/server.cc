@@ -27,9 +27,8 @@
 namespace rpx {
 namespace {
 
-bool LoadConfig(const ServerOptions& options, uint32_t workers, bool resolve_dns,
-                LogFileManager* log_files, envoy::config::bootstrap::v3::Bootstrap* bootstrap,
-                ServerConfig* out) {
+bool LoadConfig(const ServerOptions& options, uint32_t workers, LogFileManager* log_files,
+                envoy::config::bootstrap::v3::Bootstrap* bootstrap, ServerConfig* out) {
   std::vector<std::string> errors;
   bool ok = LoadYamlFile(options.config_path, bootstrap, &errors);
   if (ok) {
@@ -43,7 +42,6 @@ bool LoadConfig(const ServerOptions& options, uint32_t workers, bool resolve_dns
     }
     BuildOptions bo;
     bo.stats_slots = workers;
-    bo.resolve_dns = resolve_dns;
     bo.source = options.config_path;
     bo.log_files = log_files;
     ok = BuildServerConfig(*bootstrap, bo, out, &errors);
@@ -66,8 +64,8 @@ int RunServer(const ServerOptions& options) {
   // Access log files outlive every configuration that writes to them (and the workers).
   // One slot per worker, and the last for the main thread (the admin's access logs).
   LogFileManager log_files(workers + 1);
-  if (!LoadConfig(options, workers, !options.validate_only,
-                  options.validate_only ? nullptr : &log_files, &bootstrap, &config)) {
+  if (!LoadConfig(options, workers, options.validate_only ? nullptr : &log_files, &bootstrap,
+                  &config)) {
     return 1;
   }
   if (options.validate_only) {
@@ -142,8 +140,12 @@ int RunServer(const ServerOptions& options) {
                                                  workers, options.drain_time_ms);
   manager->set_log_files(&log_files);
   if (hot_restart) manager->set_inherited(&hot_restart->inherited());
+  // Static DNS clusters resolve first (bounded), so the first requests find their hosts.
+  if (manager->static_dns_pending()) {
+    main_dispatcher.RunUntil([&] { return !manager->static_dns_pending(); }, 10000);
+  }
   std::string error;
-  // Sockets first: a bind failure is a startup error.
+  // Sockets next: a bind failure is a startup error.
   if (!manager->StartStatic(&error)) {
     fprintf(stderr, "error: %s\n", error.c_str());
     if (admin_fd >= 0) close(admin_fd);
@@ -176,6 +178,7 @@ int RunServer(const ServerOptions& options) {
             (*out)["filesystem.reopen_failed"] += st.reopen_failed.load();
             (*out)["filesystem.write_total_buffered"] += st.write_total_buffered.load();
           }
+          m->DnsStats(out);
           XdsSources* x = *xds_ref;
           if (!x) return;
           (*out)["control_plane.connected"] = x->connected() ? 1 : 0;
@@ -239,20 +242,7 @@ int RunServer(const ServerOptions& options) {
     log_flush_timer->Enable(1000);
   }
 
-  // DNS refresh for static STRICT_DNS clusters, on the main thread.
-  std::vector<std::unique_ptr<Timer>> dns_timers;
-  for (size_t i = 0; i < config.dns_clusters.size(); ++i) {
-    auto t = main_dispatcher.CreateTimer([&, i] {
-      const DnsCluster& dns = config.dns_clusters[i];
-      std::vector<std::string> errors;
-      auto hosts = ResolveDnsCluster(dns, &errors);
-      for (const auto& e : errors) RPX_LOG(kWarn, "cluster '%s': %s", dns.cluster, e);
-      if (!(hosts->empty() && !errors.empty())) manager->UpdateStaticHosts(dns.cluster, hosts);
-      dns_timers[i]->Enable(dns.refresh_ms);
-    });
-    t->Enable(config.dns_clusters[i].refresh_ms);
-    dns_timers.push_back(std::move(t));
-  }
+  // DNS clusters are resolved by the ConfigManager's refreshers (asynchronously, on this loop).
 
   // Graceful shutdown: stop accepting, fail /ready, let every connection finish what it is doing
   // (closing once idle), and stop when none is left or the drain time is up.
@@ -356,7 +346,6 @@ int RunServer(const ServerOptions& options) {
   if (xds) xds->Stop();
   stop_workers();
   log_files.Stop();  // what the workers buffered last
-  dns_timers.clear();
   signal_event.reset();
   close(sfd);
   admin.reset();

@@ -1,8 +1,9 @@
 // Server: the main thread. It loads and validates the bootstrap, opens every listening socket
 // (so a bind failure stops startup with an error before anything serves), starts the workers,
-// runs the admin listener and the DNS refresh timers. SIGTERM/SIGINT drain it (stop accepting,
-// /ready fails, connections close once idle, in-flight requests finish within the drain time)
-// and then stop it, exit code 0; a second signal, or POST /quitquitquit, stops it at once.
+// runs the admin listener; the ConfigManager resolves DNS clusters on its loop. SIGTERM/SIGINT
+// drain it (stop accepting, /ready fails, connections close once idle, in-flight requests finish
+// within the drain time) and then stop it, exit code 0; a second signal, or POST /quitquitquit,
+// stops it at once.
 #pragma once
 
 #include <cstdint>

@@ -33,6 +33,14 @@ struct Host {
   SocketAddress address;
   std::string hostname;  // what auto_host_rewrite sends as Host (the DNS name, or empty)
   uint32_t weight = 1;
+  // LocalityLbEndpoints: the priority level (0 is the highest), the locality ("region/zone/
+  // sub_zone") and its load_balancing_weight (0: none given).
+  uint32_t priority = 0;
+  std::string locality;
+  uint32_t locality_weight = 0;
+  // EDS health_status UNHEALTHY, DRAINING or TIMEOUT: counted in its priority's size (so the
+  // level fails over as Envoy's does) but picked only in panic.
+  bool eds_unhealthy = false;
   // The endpoint's metadata under "envoy.transport_socket_match": key -> the value's
   // serialized google.protobuf.Value (compared as bytes).
   std::map<std::string, std::string> transport_socket_match;
@@ -53,7 +61,7 @@ struct Host {
       consecutive_local_origin_failure{0};
   // Whether the load balancer may pick it (health aside in panic mode).
   bool available() const {
-    return !failed_active_hc.load(std::memory_order_relaxed) &&
+    return !eds_unhealthy && !failed_active_hc.load(std::memory_order_relaxed) &&
            !ejected.load(std::memory_order_relaxed);
   }
 
@@ -66,7 +74,15 @@ struct Host {
     return worker < stats_slots ? &stats[worker] : nullptr;
   }
 };
-using HostSet = std::vector<std::shared_ptr<const Host>>;
+// A cluster's endpoints, every priority level together, with the assignment's policy.
+struct HostSet : std::vector<std::shared_ptr<const Host>> {
+  using vector::vector;
+  // ClusterLoadAssignment.policy: a level counts as whole (takes all its share of the load) while
+  // its healthy hosts times overprovisioning_factor / 100 cover it; with weighted_priority_health
+  // hosts count by their load_balancing_weight instead of one each.
+  uint32_t overprovisioning_factor = 140;
+  bool weighted_priority_health = false;
+};
 
 // Endpoints of `next` that `prev` had too (same address and transport metadata, as a worker's
 // pool is kept) go on counting in the same stats blocks. Main thread, before `next` is published.
@@ -198,6 +214,7 @@ struct alignas(64) ClusterStats {
   Counter upstream_cx_kept_after_reset;  // abandoned responses read to the end, connection reused
   Counter upstream_rq_body_spliced;      // response bodies moved with splice(2), never copied
   Counter upstream_rq_2xx, upstream_rq_3xx, upstream_rq_4xx, upstream_rq_5xx;
+  Counter lb_healthy_panic;  // picks made in panic (health ignored: too few healthy hosts)
   // Upstream TLS (Envoy's cluster.<name>.ssl.*).
   Counter ssl_handshake;
   Counter ssl_session_reused;
@@ -329,6 +346,9 @@ struct ClusterInfo {
   std::shared_ptr<const OutlierConfig> outlier;
   std::shared_ptr<OutlierSink> outlier_sink;  // with `outlier`
   std::shared_ptr<ClusterHealth> health;      // with either
+  // common_lb_config.locality_weighted_lb_config: within a priority, a locality is picked by its
+  // load_balancing_weight (scaled by its health), then a host within it.
+  bool locality_weighted = false;
   // common_lb_config.healthy_panic_threshold: below this share of healthy hosts (percent), the
   // load balancer ignores health and uses every host. 0 disables panic mode.
   double panic_threshold = 50;

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "source/common/assert.h"
 #include "source/common/buffer.h"
 #include "source/event/dispatcher.h"
 #include "source/http/headers.h"
@@ -152,6 +153,14 @@ class ConnPool {
   // Closes one idle connection to free a cluster slot; returns false if there was none.
   bool CloseOneIdle();
   const Host& host() const { return *host_; }
+  // An update kept this pool for `host`, the new form of the same endpoint: its verdicts
+  // (health checks, ejection, EDS status) and priority are the ones to read from now on. The
+  // counters stay in the block they were counted in.
+  void UpdateHost(std::shared_ptr<const Host> host) {
+    RPX_ASSERT(host->address == host_->address);
+    if (host->stats != host_->stats) stats_keepalive_.push_back(host_->stats);
+    host_ = std::move(host);
+  }
   const ClusterInfo& cluster() const { return *cluster_; }
   ClusterStats& stats() { return stats_; }
   // This worker's counters for the host (Envoy's per-host stats in /clusters).
@@ -196,7 +205,9 @@ class ConnPool {
   std::shared_ptr<const ClusterInfo> cluster_;
   std::shared_ptr<const Host> host_;
   ClusterStats& stats_;
-  HostStats* host_stats_;     // the host's block for this worker, or own_host_stats_
+  HostStats* host_stats_;  // the host's block for this worker, or own_host_stats_
+  // Blocks host_stats_ may point into after UpdateHost replaced the Host that owned them.
+  std::vector<std::shared_ptr<HostStats[]>> stats_keepalive_;
   HostStats own_host_stats_;  // for a host built without stats (tests)
   // How this host is spoken to (the cluster's transport_socket, or a transport_socket_matches
   // entry chosen by the host's metadata).

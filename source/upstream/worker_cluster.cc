@@ -5,6 +5,7 @@
 #include <numeric>
 #include <string>
 
+#include "source/common/assert.h"
 #include "source/common/hash.h"
 
 namespace rpx {
@@ -48,6 +49,8 @@ void WorkerCluster::Update(const ClusterEntry& entry) {
             old.host->transport_socket_match == host->transport_socket_match) {
           hp.pool = std::move(old.pool);
           hp.by_sni = std::move(old.by_sni);
+          hp.pool->UpdateHost(host);
+          for (auto& [sni, p] : hp.by_sni) p->UpdateHost(host);
           break;
         }
       }
@@ -77,7 +80,7 @@ void WorkerCluster::Update(const ClusterEntry& entry) {
       ++i;
     }
   }
-  BuildSchedule();
+  BuildLevels();
 }
 
 void WorkerCluster::SetReclaim(ConnPool* pool) {
@@ -111,42 +114,75 @@ ConnPool* WorkerCluster::PoolForSni(ConnPool* host_pool, std::string_view sni) {
   return nullptr;
 }
 
-void WorkerCluster::BuildSchedule() {
-  // Smooth weighted round robin (as nginx does), computed once per host set.
-  schedule_.clear();
-  rr_next_ = worker_index_;  // workers start at different hosts
-  if (pools_.empty()) return;
-  uint64_t total = 0;
-  uint32_t g = 0;
-  for (auto& p : pools_) {
-    total += p.host->weight;
-    g = std::gcd(g, p.host->weight);
-  }
-  if (g == 0) g = 1;
-  uint64_t len = total / g;
-  if (len > 4096) len = 4096;  // long schedules approximate the weights
-  std::vector<int64_t> current(pools_.size(), 0);
-  for (uint64_t n = 0; n < len; ++n) {
-    size_t best = 0;
-    for (size_t i = 0; i < pools_.size(); ++i) {
-      current[i] += pools_[i].host->weight / g;
-      if (current[i] > current[best]) best = i;
+void WorkerCluster::BuildLevels() {
+  levels_.clear();
+  for (uint32_t i = 0; i < pools_.size(); ++i) {
+    uint32_t priority = pools_[i].host->priority;
+    auto it = std::find_if(levels_.begin(), levels_.end(),
+                           [priority](const Level& l) { return l.priority == priority; });
+    if (it == levels_.end()) {
+      levels_.emplace_back();
+      levels_.back().priority = priority;
+      it = levels_.end() - 1;
     }
-    current[best] -= static_cast<int64_t>(total / g);
-    schedule_.push_back(static_cast<uint32_t>(best));
+    it->members.push_back(i);
+    if (info_->locality_weighted) {
+      const std::string& name = pools_[i].host->locality;
+      auto loc = std::find_if(it->localities.begin(), it->localities.end(), [&](const Locality& l) {
+        return pools_[l.members[0]].host->locality == name;
+      });
+      if (loc == it->localities.end()) {
+        it->localities.emplace_back();
+        loc = it->localities.end() - 1;
+        loc->weight = pools_[i].host->locality_weight;
+      }
+      loc->members.push_back(i);
+    }
   }
-  BuildHashTables();
+  std::sort(levels_.begin(), levels_.end(),
+            [](const Level& a, const Level& b) { return a.priority < b.priority; });
+  for (auto& level : levels_) {
+    BuildGroup(&level);
+    for (auto& loc : level.localities) BuildGroup(&loc);
+    BuildHashTables(&level);
+  }
+  RecomputeLoads();
 }
 
-void WorkerCluster::BuildHashTables() {
-  ring_.clear();
-  maglev_.clear();
-  if (pools_.empty()) return;
+void WorkerCluster::BuildGroup(Group* g) {
+  // Smooth weighted round robin (as nginx does), computed once per host set.
+  g->schedule.clear();
+  g->rr_next = worker_index_;  // workers start at different hosts
+  uint64_t total = 0;
+  uint32_t gcd = 0;
+  for (uint32_t i : g->members) {
+    total += pools_[i].host->weight;
+    gcd = std::gcd(gcd, pools_[i].host->weight);
+  }
+  if (gcd == 0) gcd = 1;
+  uint64_t len = std::min<uint64_t>(total / gcd, 4096);  // long schedules approximate the weights
+  std::vector<int64_t> current(g->members.size(), 0);
+  for (uint64_t n = 0; n < len; ++n) {
+    size_t best = 0;
+    for (size_t k = 0; k < g->members.size(); ++k) {
+      current[k] += pools_[g->members[k]].host->weight / gcd;
+      if (current[k] > current[best]) best = k;
+    }
+    current[best] -= static_cast<int64_t>(total / gcd);
+    g->schedule.push_back(g->members[best]);
+  }
+}
+
+void WorkerCluster::BuildHashTables(Level* level) {
+  level->ring.clear();
+  level->maglev.clear();
+  const auto& members = level->members;
+  if (members.empty()) return;
   double total = 0, min_w = 0, max_w = 0;
-  for (const auto& p : pools_) total += p.host->weight;
+  for (uint32_t i : members) total += pools_[i].host->weight;
   std::vector<double> w;
-  for (const auto& p : pools_) {
-    w.push_back(p.host->weight / total);
+  for (uint32_t i : members) {
+    w.push_back(pools_[i].host->weight / total);
     min_w = w.size() == 1 ? w.back() : std::min(min_w, w.back());
     max_w = std::max(max_w, w.back());
   }
@@ -161,14 +197,14 @@ void WorkerCluster::BuildHashTables() {
     double per_weight = k / min_w;  // points per unit of normalized weight
     double cap = static_cast<double>(info_->ring_max_size);
     if (per_weight > cap) per_weight = cap;
-    for (size_t i = 0; i < pools_.size(); ++i) {
-      std::string key = pools_[i].host->address.ToString() + "_";
-      uint64_t points = std::max<uint64_t>(1, std::llround(per_weight * w[i]));
+    for (size_t m = 0; m < members.size(); ++m) {
+      std::string key = pools_[members[m]].host->address.ToString() + "_";
+      uint64_t points = std::max<uint64_t>(1, std::llround(per_weight * w[m]));
       for (uint64_t j = 0; j < points; ++j) {
-        ring_.emplace_back(XxHash64(key + std::to_string(j)), static_cast<uint32_t>(i));
+        level->ring.emplace_back(XxHash64(key + std::to_string(j)), members[m]);
       }
     }
-    std::sort(ring_.begin(), ring_.end());
+    std::sort(level->ring.begin(), level->ring.end());
   } else if (info_->lb_policy == LbPolicy::kMaglev) {
     // Maglev's table (Envoy's weighted form): each host walks its own permutation of the slots,
     // (offset + skip x n) mod M, taking turns in proportion to its weight.
@@ -178,12 +214,13 @@ void WorkerCluster::BuildHashTables() {
       double target = 0;
     };
     std::vector<Entry> entries;
-    for (const auto& p : pools_) {
-      std::string key = p.host->address.ToString();
+    for (uint32_t i : members) {
+      std::string key = pools_[i].host->address.ToString();
       entries.push_back({XxHash64(key, 0) % m, XxHash64(key, 1) % (m - 1) + 1});
     }
     constexpr uint32_t kEmpty = UINT32_MAX;
-    maglev_.assign(m, kEmpty);
+    auto& table = level->maglev;
+    table.assign(m, kEmpty);
     uint64_t filled = 0;
     for (uint64_t iteration = 1; filled < m; ++iteration) {
       for (size_t i = 0; i < entries.size() && filled < m; ++i) {
@@ -191,8 +228,8 @@ void WorkerCluster::BuildHashTables() {
         if (iteration * w[i] < e.target) continue;
         e.target += max_w;
         uint64_t c = (e.offset + e.skip * e.next) % m;
-        while (maglev_[c] != kEmpty) c = (e.offset + e.skip * ++e.next) % m;
-        maglev_[c] = static_cast<uint32_t>(i);
+        while (table[c] != kEmpty) c = (e.offset + e.skip * ++e.next) % m;
+        table[c] = members[i];
         ++e.next;
         ++filled;
       }
@@ -200,56 +237,176 @@ void WorkerCluster::BuildHashTables() {
   }
 }
 
+void WorkerCluster::RecomputeLoads() {
+  const uint64_t factor = hosts_ ? hosts_->overprovisioning_factor : 140;
+  const bool by_weight = hosts_ && hosts_->weighted_priority_health;
+  bool all_available = true;
+  auto count = [&](Group& g) {
+    g.total = g.healthy = 0;
+    for (uint32_t i : g.members) {
+      const Host& h = *pools_[i].host;
+      uint64_t n = by_weight ? h.weight : 1;
+      g.total += n;
+      if (h.available()) g.healthy += n;
+    }
+  };
+  for (auto& level : levels_) {
+    count(level);
+    all_available &= level.healthy == level.total;
+    for (auto& loc : level.localities) count(loc);
+  }
+  simple_ = all_available && levels_.size() == 1 && !info_->locality_weighted;
+  // Envoy's priority load: a level's health is its healthy share times the overprovisioning
+  // factor (at most 100%); levels take load in order, each up to its health, scaled when the
+  // health of all levels together (normalized: at most 100) is short of 100.
+  std::vector<uint64_t> health;
+  uint64_t sum = 0;
+  for (auto& level : levels_) {
+    health.push_back(level.total ? std::min<uint64_t>(100, factor * level.healthy / level.total)
+                                 : 0);
+    sum += health.back();
+    level.load = 0;
+    level.panic = false;
+  }
+  const uint64_t normalized = std::min<uint64_t>(100, sum);
+  const double threshold = info_->panic_threshold;
+  if (levels_.empty()) return;
+  if (normalized > 0) {
+    uint64_t remaining = 100;
+    int first = -1;
+    for (size_t p = 0; p < levels_.size(); ++p) {
+      if (first < 0 && health[p] > 0) first = static_cast<int>(p);
+      levels_[p].load =
+          static_cast<uint32_t>(std::min<uint64_t>(remaining, health[p] * 100 / normalized));
+      remaining -= levels_[p].load;
+    }
+    levels_[first].load += static_cast<uint32_t>(remaining);  // rounding
+  } else {
+    levels_[0].load = 100;  // nothing healthy: panic decides below, or no host is picked
+  }
+  if (!(threshold == 0 && normalized == 0)) {
+    // Per-level panic, never when the levels together are whole; when every level panics, the
+    // load follows the number of hosts, health aside.
+    bool total_panic = true;
+    for (auto& level : levels_) {
+      level.panic = normalized < 100 && level.healthy * 100.0 < threshold * level.total;
+      total_panic &= level.panic;
+    }
+    if (total_panic) {
+      uint64_t hosts = 0;
+      for (auto& level : levels_) hosts += level.members.size();
+      uint64_t remaining = 100;
+      for (auto& level : levels_) {
+        level.load = static_cast<uint32_t>(100 * level.members.size() / hosts);
+        remaining -= level.load;
+      }
+      levels_[0].load += static_cast<uint32_t>(remaining);
+    }
+  }
+  // Envoy's effective locality weight: the weight times the locality's health (its healthy
+  // share times the overprovisioning factor, at most 1).
+  for (auto& level : levels_) {
+    level.locality_total = 0;
+    for (auto& loc : level.localities) {
+      double health_share =
+          loc.total ? std::min(1.0, factor / 100.0 * loc.healthy / loc.total) : 0.0;
+      loc.effective = loc.weight * health_share;
+      level.locality_total += loc.effective;
+    }
+  }
+  uint32_t total_load = 0;
+  for (const auto& level : levels_) total_load += level.load;
+  RPX_ASSERT(total_load == 100);
+}
+
 ConnPool* WorkerCluster::ChoosePool(uint64_t random, const uint64_t* hash) {
   if (pools_.empty()) return nullptr;
-  bool health = info_->health && HealthApplies();
-  if (hash && (!ring_.empty() || !maglev_.empty())) return ChooseByHash(*hash, health);
-  if (!health) return ChooseAny(random);
+  if (info_->health) {
+    uint64_t generation = info_->health->generation.load(std::memory_order_acquire);
+    if (generation != health_generation_) {
+      health_generation_ = generation;
+      OnHealthChanged();
+    }
+  }
+  if (simple_) {
+    Level& level = levels_[0];
+    if (hash && (!level.ring.empty() || !level.maglev.empty())) {
+      return ChooseByHash(level, *hash, false);
+    }
+    return ChooseIn(level, random);
+  }
+  return ChooseSlow(random, hash);
+}
+
+ConnPool* WorkerCluster::ChooseSlow(uint64_t random, const uint64_t* hash) {
+  Level* level = &levels_[0];
+  if (levels_.size() > 1) {
+    // The hash, when there is one, also picks the level: a key stays on its host while the
+    // loads stay.
+    uint64_t x = (hash ? *hash : random >> 24) % 100;
+    for (auto& l : levels_) {
+      if (x < l.load) {
+        level = &l;
+        break;
+      }
+      x -= l.load;
+    }
+  }
+  if (level->panic) stats_->lb_healthy_panic.Inc();
+  const bool health = !level->panic;
+  if (hash && (!level->ring.empty() || !level->maglev.empty())) {
+    return ChooseByHash(*level, *hash, health);
+  }
+  if (!health) return ChooseIn(*level, random);
+  if (info_->locality_weighted && level->locality_total > 0) {
+    // A locality by effective weight (localities without a weight take no traffic), then a host
+    // within it; if none of its hosts is available, the level's.
+    double x = static_cast<double>(random >> 11) * 0x1.0p-53 * level->locality_total;
+    for (auto& loc : level->localities) {
+      if (loc.effective <= 0) continue;
+      if (x < loc.effective || &loc == &level->localities.back()) {
+        if (ConnPool* p = ChooseAvailable(loc, random)) return p;
+        break;
+      }
+      x -= loc.effective;
+    }
+  }
+  return ChooseAvailable(*level, random);
+}
+
+ConnPool* WorkerCluster::ChooseAvailable(Group& g, uint64_t random) {
   // Draw as the policy draws, passing over hosts that are out; a bounded number of draws, then
   // the first available host in order.
-  for (size_t i = 0; i < 2 * pools_.size(); ++i) {
-    ConnPool* p = ChooseAny(random);
+  for (size_t i = 0; i < 2 * g.members.size(); ++i) {
+    ConnPool* p = ChooseIn(g, random);
     if (p->host().available()) return p;
     random = random * 6364136223846793005ULL + 1442695040888963407ULL;
   }
-  for (auto& hp : pools_) {
-    if (hp.host->available()) return hp.pool.get();
+  for (uint32_t i : g.members) {
+    if (pools_[i].host->available()) return pools_[i].pool.get();
   }
-  return ChooseAny(random);
+  return nullptr;
 }
 
-bool WorkerCluster::HealthApplies() {
-  const ClusterHealth& h = *info_->health;
-  uint64_t generation = h.generation.load(std::memory_order_acquire);
-  if (generation != health_generation_) {
-    health_generation_ = generation;
-    OnHealthChanged();
-  }
-  uint32_t hosts = h.hosts.load(std::memory_order_relaxed);
-  uint32_t unhealthy = h.unhealthy.load(std::memory_order_relaxed);
-  // All healthy, or panic: below the threshold's share of healthy hosts, health is not looked at.
-  return unhealthy > 0 && hosts > 0 &&
-         (hosts - unhealthy) * 100.0 >= info_->panic_threshold * hosts;
-}
-
-ConnPool* WorkerCluster::ChooseByHash(uint64_t hash, bool health) {
-  if (!ring_.empty()) {
+ConnPool* WorkerCluster::ChooseByHash(Level& level, uint64_t hash, bool health) {
+  if (!level.ring.empty()) {
     // The first point at or after the hash, wrapping; on past hosts that are out.
-    auto it = std::lower_bound(ring_.begin(), ring_.end(), std::make_pair(hash, uint32_t{0}));
-    size_t at = it == ring_.end() ? 0 : it - ring_.begin();
-    for (size_t k = 0; k < ring_.size(); ++k) {
-      HostPool& hp = pools_[ring_[(at + k) % ring_.size()].second];
+    const auto& ring = level.ring;
+    auto it = std::lower_bound(ring.begin(), ring.end(), std::make_pair(hash, uint32_t{0}));
+    size_t at = it == ring.end() ? 0 : it - ring.begin();
+    for (size_t k = 0; k < ring.size(); ++k) {
+      HostPool& hp = pools_[ring[(at + k) % ring.size()].second];
       if (!health || hp.host->available()) return hp.pool.get();
     }
   } else {
     uint64_t h = hash;
     for (int k = 0; k < 64; ++k) {
-      HostPool& hp = pools_[maglev_[h % maglev_.size()]];
+      HostPool& hp = pools_[level.maglev[h % level.maglev.size()]];
       if (!health || hp.host->available()) return hp.pool.get();
       h = h * 6364136223846793005ULL + 1442695040888963407ULL;  // another slot, the same everywhere
     }
   }
-  return ChooseAny(hash);
+  return health ? ChooseAvailable(level, hash) : ChooseIn(level, hash);
 }
 
 void WorkerCluster::OnHealthChanged() {
@@ -264,29 +421,36 @@ void WorkerCluster::OnHealthChanged() {
       }
     }
   }
+  RecomputeLoads();
 }
 
-ConnPool* WorkerCluster::ChooseAny(uint64_t random) {
-  if (pools_.size() == 1) return pools_[0].pool.get();
+ConnPool* WorkerCluster::ChooseIn(Group& g, uint64_t random) {
+  const auto& schedule = g.schedule;
+  if (g.members.size() == 1) return pools_[g.members[0]].pool.get();
   switch (info_->lb_policy) {
     case LbPolicy::kRingHash:
     case LbPolicy::kMaglev:  // no hash to place the request by: any host
-      return pools_[random % pools_.size()].pool.get();
+      return pools_[g.members[random % g.members.size()]].pool.get();
     case LbPolicy::kRoundRobin:
-      return pools_[schedule_[rr_next_++ % schedule_.size()]].pool.get();
+      return pools_[schedule[g.rr_next++ % schedule.size()]].pool.get();
     case LbPolicy::kRandom:
-      return pools_[random % pools_.size()].pool.get();
+      // A random place in the weighted schedule: a host in proportion to its weight.
+      return pools_[schedule[random % schedule.size()]].pool.get();
     case LbPolicy::kLeastRequest: {
-      // Power of two choices, Envoy's default for LEAST_REQUEST.
-      size_t a = random % pools_.size();
-      size_t b = (random >> 32) % pools_.size();
-      if (a == b) b = (b + 1) % pools_.size();
-      ConnPool* pa = pools_[a].pool.get();
-      ConnPool* pb = pools_[b].pool.get();
-      return pa->active_requests() <= pb->active_requests() ? pa : pb;
+      // Power of two choices (Envoy's default for LEAST_REQUEST), the two drawn by weight and
+      // compared by active requests per unit of weight.
+      size_t a = random % schedule.size();
+      size_t b = (random >> 32) % schedule.size();
+      if (schedule[a] == schedule[b]) b = (b + 1) % schedule.size();
+      const HostPool& pa = pools_[schedule[a]];
+      const HostPool& pb = pools_[schedule[b]];
+      return pa.pool->active_requests() * uint64_t{pb.host->weight} <=
+                     pb.pool->active_requests() * uint64_t{pa.host->weight}
+                 ? pa.pool.get()
+                 : pb.pool.get();
     }
   }
-  return pools_[0].pool.get();
+  return pools_[g.members[0]].pool.get();
 }
 
 bool WorkerCluster::ReclaimIdle(ConnPool* requester) {

@@ -27,13 +27,21 @@ class WorkerCluster {
  public:
   WorkerCluster(Dispatcher& dispatcher, uint32_t worker_index, const ClusterEntry& entry);
   ~WorkerCluster();
-  // Picks a host and returns its pool, or nullptr when the cluster has no hosts. With active
-  // health checks, hosts that failed them are passed over, unless fewer than the panic
-  // threshold's share are healthy (then every host takes traffic, as Envoy's panic mode).
+  // Picks a host and returns its pool, or nullptr when no host may take the request. As Envoy:
+  // a priority level is chosen by the levels' loads (a level whose healthy share, times the
+  // overprovisioning factor, falls short of 100% passes the rest to the next levels), then,
+  // with locality_weighted_lb_config, a locality by its weight and health, then a host by the
+  // policy, passing over hosts that are out (failed health checks, ejected, EDS unhealthy)
+  // unless the level is in panic (fewer healthy than the panic threshold: every host).
   // `hash` (from the route's hash_policy) places the request on a RING_HASH or MAGLEV cluster:
   // the same hash, the same host, on every worker and across restarts; without one those
   // policies pick at random.
   ConnPool* ChoosePool(uint64_t random, const uint64_t* hash = nullptr);
+  // The share of requests (percent) priority level `index` (0 the highest present) takes, and
+  // whether it is in panic, as of the last health change. For tests and the admin.
+  uint32_t level_load(size_t index) const { return levels_[index].load; }
+  bool level_panic(size_t index) const { return levels_[index].panic; }
+  size_t level_count() const { return levels_.size(); }
   // auto_sni: the pool of `host_pool`'s host for connections with this SNI (created when
   // needed; at most kMaxSniPools per host, idle ones evicted first), or nullptr if the host
   // has too many busy ones.
@@ -59,17 +67,41 @@ class WorkerCluster {
     // auto_sni: one pool per SNI the requests asked for.
     absl::flat_hash_map<std::string, std::unique_ptr<ConnPool>> by_sni;
   };
+  // Hosts drawn from together: a priority level, or one locality of a level.
+  struct Group {
+    std::vector<uint32_t> members;   // indexes into pools_
+    std::vector<uint32_t> schedule;  // smooth weighted round robin over members (pools_ indexes)
+    size_t rr_next = 0;
+    uint64_t total = 0, healthy = 0;  // hosts (or their weights), and of those the available
+  };
+  struct Locality : Group {
+    uint32_t weight = 0;   // LocalityLbEndpoints.load_balancing_weight (0: takes no traffic)
+    double effective = 0;  // weight scaled by health (Envoy's effective locality weight)
+  };
+  struct Level : Group {
+    uint32_t priority = 0;
+    std::vector<std::pair<uint64_t, uint32_t>> ring;  // RING_HASH: (hash, pools_ index), sorted
+    std::vector<uint32_t> maglev;                     // MAGLEV: table of pools_ indexes
+    std::vector<Locality> localities;                 // with locality_weighted only
+    double locality_total = 0;                        // sum of the localities' effective weights
+    uint32_t load = 0;                                // percent of requests; 100 over all levels
+    bool panic = false;
+  };
   void SetReclaim(ConnPool* pool);
-  // The load balancer's pick among every host, health aside.
-  ConnPool* ChooseAny(uint64_t random);
-  // True when health (checks, ejections) is to be looked at: some host is out and the healthy
-  // share is above the panic threshold. Also closes idle connections to hosts that went out.
-  bool HealthApplies();
-  ConnPool* ChooseByHash(uint64_t hash, bool health);
-  void BuildHashTables();
+  // The policy's pick among `g`'s hosts, health aside.
+  ConnPool* ChooseIn(Group& g, uint64_t random);
+  // The same among the available hosts of `g` (nullptr if none is).
+  ConnPool* ChooseAvailable(Group& g, uint64_t random);
+  ConnPool* ChooseSlow(uint64_t random, const uint64_t* hash);
+  ConnPool* ChooseByHash(Level& level, uint64_t hash, bool health);
+  void BuildGroup(Group* g);
+  void BuildHashTables(Level* level);
+  // Counts the available hosts of every level and locality and derives the levels' loads and
+  // panic (Envoy's priority load and per-priority panic); on every host set and health change.
+  void RecomputeLoads();
   // A host's verdict changed: idle connections to hosts that failed are closed.
   void OnHealthChanged();
-  void BuildSchedule();
+  void BuildLevels();
   bool ReclaimIdle(ConnPool* requester);
 
   Dispatcher& dispatcher_;
@@ -79,10 +111,9 @@ class WorkerCluster {
   ClusterStats* stats_;
   std::vector<HostPool> pools_;
   std::vector<std::unique_ptr<ConnPool>> draining_;
-  std::vector<uint32_t> schedule_;  // weighted round-robin order (indexes into pools_)
-  std::vector<std::pair<uint64_t, uint32_t>> ring_;  // RING_HASH: (hash, pools_ index), sorted
-  std::vector<uint32_t> maglev_;                     // MAGLEV: table of pools_ indexes
-  size_t rr_next_ = 0;
+  std::vector<Level> levels_;  // by priority, highest (lowest number) first
+  // One level, no locality weighting and every host available: the policy's plain pick.
+  bool simple_ = true;
   uint32_t retries_waiting_ = 0;
   uint64_t health_generation_ = 0;  // the ClusterHealth generation last seen
   // Lets callbacks posted from other workers check that this object still exists.

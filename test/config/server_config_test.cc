@@ -107,9 +107,55 @@ TEST(ServerConfigTest, BuildsEverySetting) {
   EXPECT_EQ(web.info->idle_timeout_ms, 7000u);
   EXPECT_EQ(web.info->max_response_headers_count, 64u);
   EXPECT_EQ(web.info->max_requests_per_connection, 100u);
-  ASSERT_EQ(web.hosts->size(), 2u);  // the UNHEALTHY endpoint takes no traffic
+  // The UNHEALTHY endpoint counts in its priority level but takes no traffic.
+  ASSERT_EQ(web.hosts->size(), 3u);
   EXPECT_EQ((*web.hosts)[0]->weight, 3u);
   EXPECT_EQ((*web.hosts)[1]->address.ToString(), "[::1]:8082");
+  EXPECT_FALSE((*web.hosts)[1]->eds_unhealthy);
+  EXPECT_TRUE((*web.hosts)[2]->eds_unhealthy);
+  EXPECT_FALSE((*web.hosts)[2]->available());
+  EXPECT_EQ(web.hosts->overprovisioning_factor, 140u);
+  EXPECT_FALSE(web.info->locality_weighted);
+}
+
+TEST(ServerConfigTest, PrioritiesLocalitiesAndTheAssignmentPolicy) {
+  std::string yaml =
+      Replace(kGood, R"(      endpoints:
+      - lb_endpoints:)",
+              R"(      policy: {overprovisioning_factor: 200, weighted_priority_health: true}
+      endpoints:
+      - priority: 1
+        locality: {region: eu, zone: eu-1a}
+        load_balancing_weight: 7
+        lb_endpoints:)");
+  yaml = Replace(yaml, "    lb_policy: RANDOM",
+                 "    lb_policy: RANDOM\n    common_lb_config: {locality_weighted_lb_config: {}}");
+  ServerConfig c;
+  std::vector<std::string> errors;
+  ASSERT_TRUE(Build(yaml, &c, &errors)) << ::testing::PrintToString(errors);
+  const ClusterEntry& web = c.clusters.at("web");
+  EXPECT_TRUE(web.info->locality_weighted);
+  EXPECT_EQ(web.hosts->overprovisioning_factor, 200u);
+  EXPECT_TRUE(web.hosts->weighted_priority_health);
+  const Host& h = *(*web.hosts)[0];
+  EXPECT_EQ(h.priority, 1u);
+  EXPECT_EQ(h.locality, "eu/eu-1a/");
+  EXPECT_EQ(h.locality_weight, 7u);
+
+  EXPECT_THAT(OnlyError(Replace(yaml, "priority: 1", "priority: 129")),
+              HasSubstr("load_assignment.endpoints[0].priority: must be at most 128"));
+  EXPECT_THAT(OnlyError(Replace(yaml, "load_balancing_weight: 7", "load_balancing_weight: 0")),
+              HasSubstr("load_assignment.endpoints[0].load_balancing_weight: must be at least 1"));
+  EXPECT_THAT(
+      OnlyError(Replace(yaml, "overprovisioning_factor: 200", "overprovisioning_factor: 0")),
+      HasSubstr("load_assignment.policy.overprovisioning_factor: must be positive"));
+  // Zone-aware routing and drop_overloads change where traffic goes and are not implemented.
+  EXPECT_THAT(OnlyError(Replace(yaml, "locality_weighted_lb_config: {}",
+                                "zone_aware_lb_config: {min_cluster_size: 3}")),
+              HasSubstr("zone_aware_lb_config"));
+  EXPECT_THAT(
+      OnlyError(Replace(yaml, "weighted_priority_health: true", "drop_overloads: [{category: x}]")),
+      HasSubstr("drop_overloads"));
 }
 
 TEST(ServerConfigTest, AnUnnamedStaticListenerIsNamedAfterItsAddress) {
@@ -513,7 +559,10 @@ TEST(ServerConfigTest, NoListeners) {
   EXPECT_THAT(e, HasSubstr("at least one listener"));
 }
 
-TEST(ServerConfigTest, StrictDnsResolvesLocalhost) {
+// Deliberately changed with the asynchronous resolver: building a DNS cluster resolves nothing
+// (nor does --mode validate); its targets go to dns_clusters, for the main thread's
+// DnsRefresher, and the cluster starts with no hosts.
+TEST(ServerConfigTest, StrictDnsTargetsAreResolvedLater) {
   std::string yaml = Replace(kGood, "lb_policy: RANDOM", "lb_policy: RANDOM\n    type: STRICT_DNS");
   yaml =
       Replace(yaml, "address: 127.0.0.1, port_value: 8081", "address: localhost, port_value: 8081");
@@ -522,10 +571,110 @@ TEST(ServerConfigTest, StrictDnsResolvesLocalhost) {
   ServerConfig c;
   std::vector<std::string> errors;
   ASSERT_TRUE(Build(yaml, &c, &errors)) << ::testing::PrintToString(errors);
-  const auto& hosts = *c.clusters.at("web").hosts;
-  ASSERT_GE(hosts.size(), 2u);
-  EXPECT_EQ(hosts[0]->hostname, "localhost");
-  EXPECT_EQ(c.dns_clusters.size(), 1u);
+  EXPECT_TRUE(c.clusters.at("web").hosts->empty());
+  ASSERT_EQ(c.dns_clusters.size(), 1u);
+  const DnsCluster& d = c.dns_clusters[0];
+  ASSERT_GE(d.targets.size(), 2u);
+  EXPECT_EQ(d.targets[0].hostname, "localhost");
+  EXPECT_EQ(d.targets[0].port, 8081u);
+  EXPECT_EQ(d.targets[0].weight, 3u);
+  EXPECT_EQ(d.refresh_ms, 5000u);  // Envoy's default
+  EXPECT_EQ(d.failure_base_ms, 0u);
+  EXPECT_FALSE(d.respect_dns_ttl);
+  EXPECT_FALSE(d.resolver.has_value());
+}
+
+TEST(ServerConfigTest, DnsRefreshSettingsAndResolver) {
+  std::string yaml =
+      Replace(kGood, "lb_policy: RANDOM",
+              "lb_policy: RANDOM\n"
+              "    type: STRICT_DNS\n"
+              "    dns_refresh_rate: 2s\n"
+              "    respect_dns_ttl: true\n"
+              "    dns_failure_refresh_rate: {base_interval: 0.2s}\n"
+              "    typed_dns_resolver_config:\n"
+              "      name: envoy.network.dns_resolver.cares\n"
+              "      typed_config:\n"
+              "        \"@type\": type.googleapis.com/"
+              "envoy.extensions.network.dns_resolver.cares.v3.CaresDnsResolverConfig\n"
+              "        resolvers: [{socket_address: {address: 127.0.0.1, port_value: "
+              "5353}}]\n"
+              "        dns_resolver_options: {no_default_search_domain: true}");
+  ServerConfig c;
+  std::vector<std::string> errors;
+  ASSERT_TRUE(Build(yaml, &c, &errors)) << ::testing::PrintToString(errors);
+  ASSERT_EQ(c.dns_clusters.size(), 1u);
+  const DnsCluster& d = c.dns_clusters[0];
+  EXPECT_EQ(d.refresh_ms, 2000u);
+  EXPECT_TRUE(d.respect_dns_ttl);
+  EXPECT_EQ(d.failure_base_ms, 200u);
+  EXPECT_EQ(d.failure_max_ms, 2000u);  // 10 x base_interval, Envoy's default
+  ASSERT_TRUE(d.resolver.has_value());
+  ASSERT_EQ(d.resolver->resolvers.size(), 1u);
+  EXPECT_EQ(d.resolver->resolvers[0].ToString(), "127.0.0.1:5353");
+  EXPECT_TRUE(d.resolver->no_search);
+  EXPECT_FALSE(d.resolver->use_tcp);
+
+  // The deprecated dns_resolvers, and the bootstrap's resolver for clusters naming none.
+  std::string old = Replace(kGood, "lb_policy: RANDOM",
+                            "lb_policy: RANDOM\n"
+                            "    type: STRICT_DNS\n"
+                            "    dns_resolvers: [{socket_address: {address: \"::1\"}}]\n"
+                            "    use_tcp_for_dns_lookups: true");
+  old +=
+      "typed_dns_resolver_config:\n"
+      "  name: envoy.network.dns_resolver.cares\n"
+      "  typed_config:\n"
+      "    \"@type\": type.googleapis.com/"
+      "envoy.extensions.network.dns_resolver.cares.v3.CaresDnsResolverConfig\n"
+      "    resolvers: [{socket_address: {address: 127.0.0.2, port_value: 53}}]\n";
+  ServerConfig c2;
+  errors.clear();
+  ASSERT_TRUE(Build(old, &c2, &errors)) << ::testing::PrintToString(errors);
+  ASSERT_TRUE(c2.dns_clusters[0].resolver.has_value());
+  EXPECT_EQ(c2.dns_clusters[0].resolver->resolvers[0].ToString(), "[::1]:0");
+  EXPECT_TRUE(c2.dns_clusters[0].resolver->use_tcp);
+  ASSERT_TRUE(c2.dns_resolver.has_value());
+  EXPECT_EQ(c2.dns_resolver->resolvers[0].ToString(), "127.0.0.2:53");
+}
+
+TEST(ServerConfigTest, BadDnsSettingsNameTheField) {
+  auto dns = [](const std::string& extra, const std::string& type = "STRICT_DNS") {
+    return Replace(kGood, "lb_policy: RANDOM",
+                   "lb_policy: RANDOM\n    type: " + type + "\n" + extra);
+  };
+  EXPECT_THAT(OnlyError(dns("    dns_refresh_rate: 0.0001s")),
+              HasSubstr("clusters[0].dns_refresh_rate: must be at least 1ms"));
+  EXPECT_THAT(OnlyError(dns("    dns_failure_refresh_rate: {max_interval: 1s}")),
+              HasSubstr("dns_failure_refresh_rate.base_interval: is required"));
+  EXPECT_THAT(
+      OnlyError(dns("    dns_failure_refresh_rate: {base_interval: 2s, max_interval: 1s}")),
+      HasSubstr("dns_failure_refresh_rate.max_interval: must not be shorter than base_interval"));
+  EXPECT_THAT(OnlyError(dns("    dns_resolvers: [{socket_address: {address: dns.example.com}}]")),
+              HasSubstr("dns_resolvers[0].socket_address.address: 'dns.example.com' is not an IP "
+                        "address"));
+  EXPECT_THAT(OnlyError(dns("    typed_dns_resolver_config:\n"
+                            "      name: x\n"
+                            "      typed_config: {\"@type\": type.googleapis.com/"
+                            "envoy.extensions.network.dns_resolver.cares.v3."
+                            "CaresDnsResolverConfig}")),
+              HasSubstr("typed_dns_resolver_config.typed_config.resolvers: needs at least one"));
+  EXPECT_THAT(
+      OnlyError(dns("    typed_dns_resolver_config:\n"
+                    "      name: x\n"
+                    "      typed_config:\n"
+                    "        \"@type\": type.googleapis.com/"
+                    "envoy.extensions.network.dns_resolver.cares.v3.CaresDnsResolverConfig\n"
+                    "        resolvers: [{socket_address: {address: 127.0.0.1}}]\n"
+                    "        filter_unroutable_families: true")),
+      HasSubstr("filter_unroutable_families"));
+  // On a cluster that resolves nothing they mean nothing, and Envoy accepts them there.
+  ServerConfig c;
+  std::vector<std::string> errors;
+  EXPECT_TRUE(
+      Build(dns("    respect_dns_ttl: true\n    dns_refresh_rate: 3s", "STATIC"), &c, &errors))
+      << ::testing::PrintToString(errors);
+  EXPECT_TRUE(c.dns_clusters.empty());
 }
 
 // Envoy's socket options: raw setsockopt calls on the listener's sockets and, through

@@ -1164,9 +1164,11 @@ class _EchoHTTPServer(http.server.ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 256
 
-    def __init__(self, owner):
+    def __init__(self, owner, host="127.0.0.1", port=0):
         self.owner = owner
-        super().__init__(("127.0.0.1", 0), _EchoHandler)
+        if ":" in host:
+            self.address_family = socket.AF_INET6
+        super().__init__((host, port), _EchoHandler)
 
     def get_request(self):
         sock, addr = super().get_request()
@@ -1418,7 +1420,9 @@ class EchoUpstream(object):
     Set `fail` to a mode to fail every request, `alternate` to fail every other one.
     """
 
-    def __init__(self, name="echo", keepalive_timeout=30.0):
+    def __init__(self, name="echo", keepalive_timeout=30.0, host="127.0.0.1", port=0):
+        """`host` and `port`: where to listen (another loopback address such as 127.0.0.2 or
+        ::1, and a port another upstream uses there, for DNS clusters)."""
         self.name = name
         self.fail = None
         self.alternate = None
@@ -1430,7 +1434,7 @@ class EchoUpstream(object):
         self.in_flight = 0
         self.errors = 0
         self.stopping = threading.Event()
-        self.server = _EchoHTTPServer(self)
+        self.server = _EchoHTTPServer(self, host, port)
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever,
                                        kwargs={"poll_interval": 0.05},
@@ -1877,6 +1881,185 @@ def _kill_and_reap(proc):
     proc.communicate(timeout=5)
 
 
+# ---------------------------------------------------------------------------------------------
+# A fake DNS server
+# ---------------------------------------------------------------------------------------------
+
+class FakeDnsServer(object):
+    """A DNS server on 127.0.0.1 (UDP and TCP on the same port) answering A and AAAA queries from
+    a mutable table, for DNS clusters (point one at it with dns_resolver_config()).
+
+        dns = FakeDnsServer()
+        dns.set("svc.test", [("127.0.0.1", 30)])     # name -> [(address, ttl)]
+        dns.mode = "servfail"                        # or "nxdomain", "drop" (never answers)
+        dns.queries("svc.test")                      # how many queries arrived for the name
+
+    A name not in the table gets NXDOMAIN; a name with no address of the asked type gets an
+    empty NOERROR answer. Threads of this process; stop() ends them."""
+
+    A, AAAA = 1, 28
+    MODES = ("answer", "nxdomain", "servfail", "drop")
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._table = {}
+        self._counts = {}
+        self.mode = "answer"
+        self.udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.udp.bind(("127.0.0.1", 0))
+        self.port = self.udp.getsockname()[1]
+        self.tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            self.tcp.bind(("127.0.0.1", self.port))
+            self.tcp.listen(16)
+        except OSError:  # the port is taken for TCP: UDP only
+            self.tcp.close()
+            self.tcp = None
+        self._stopped = False
+        self._threads = [threading.Thread(target=self._serve_udp, daemon=True)]
+        if self.tcp:
+            self._threads.append(threading.Thread(target=self._serve_tcp, daemon=True))
+        for t in self._threads:
+            t.start()
+
+    # -- the table
+    def set(self, name, records):
+        """`records`: [(address, ttl)], IPv4 and IPv6 addresses mixed as they come."""
+        with self._lock:
+            self._table[name.lower().rstrip(".")] = list(records)
+
+    def remove(self, name):
+        with self._lock:
+            self._table.pop(name.lower().rstrip("."), None)
+
+    def queries(self, name, qtype=None):
+        """Queries received for `name` (of `qtype` only, when given: FakeDnsServer.A / AAAA)."""
+        with self._lock:
+            c = self._counts.get(name.lower().rstrip("."), {})
+            return c.get(qtype, 0) if qtype else sum(c.values())
+
+    # -- serving
+    def answer(self, query):
+        """The response to a query message (bytes), or None to stay silent."""
+        if len(query) < 12:
+            return None
+        qid, flags, qdcount = struct.unpack("!HHH", query[:6])
+        if qdcount != 1:
+            return None
+        p, labels = 12, []
+        while p < len(query) and query[p] != 0:
+            n = query[p]
+            labels.append(query[p + 1:p + 1 + n].decode("ascii", "replace"))
+            p += 1 + n
+        p += 1
+        if p + 4 > len(query):
+            return None
+        qtype, _ = struct.unpack("!HH", query[p:p + 4])
+        question = query[12:p + 4]
+        name = ".".join(labels).lower()
+        with self._lock:
+            c = self._counts.setdefault(name, {})
+            c[qtype] = c.get(qtype, 0) + 1
+            mode = self.mode
+            records = self._table.get(name)
+        if mode == "drop":
+            return None
+        rcode = {"nxdomain": 3, "servfail": 2}.get(mode, 0)
+        if rcode == 0 and records is None:
+            rcode = 3
+        answers = b""
+        count = 0
+        for addr, ttl in (records or []) if rcode == 0 else []:
+            family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+            if (qtype == self.A) != (family == socket.AF_INET) or qtype not in (self.A, self.AAAA):
+                continue
+            rdata = socket.inet_pton(family, addr)
+            answers += struct.pack("!HHHIH", 0xC00C, qtype, 1, ttl, len(rdata)) + rdata
+            count += 1
+        rflags = 0x8000 | (flags & 0x0100) | 0x0080 | rcode  # QR, RD as asked, RA
+        return struct.pack("!HHHHHH", qid, rflags, 1, count, 0, 0) + question + answers
+
+    def _serve_udp(self):
+        while not self._stopped:
+            try:
+                r, _, _ = select.select([self.udp], [], [], 0.2)
+                if not r:
+                    continue
+                data, peer = self.udp.recvfrom(4096)
+            except OSError:
+                return
+            reply = self.answer(data)
+            if reply is not None:
+                try:
+                    self.udp.sendto(reply, peer)
+                except OSError:
+                    pass
+
+    def _serve_tcp(self):
+        while not self._stopped:
+            try:
+                r, _, _ = select.select([self.tcp], [], [], 0.2)
+                if not r:
+                    continue
+                conn, _ = self.tcp.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve_tcp_conn, args=(conn,), daemon=True).start()
+
+    def _serve_tcp_conn(self, conn):
+        conn.settimeout(5.0)
+        try:
+            while not self._stopped:
+                head = self._read_exact(conn, 2)
+                if head is None:
+                    return
+                query = self._read_exact(conn, struct.unpack("!H", head)[0])
+                if query is None:
+                    return
+                reply = self.answer(query)
+                if reply is not None:
+                    conn.sendall(struct.pack("!H", len(reply)) + reply)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    @staticmethod
+    def _read_exact(conn, n):
+        data = b""
+        while len(data) < n:
+            chunk = conn.recv(n - len(data))
+            if not chunk:
+                return None
+            data += chunk
+        return data
+
+    def stop(self):
+        self._stopped = True
+        for t in self._threads:
+            t.join(2.0)
+        self.udp.close()
+        if self.tcp:
+            self.tcp.close()
+
+
+def dns_resolver_config(port, use_tcp=False, no_search=True):
+    """A cluster's typed_dns_resolver_config pointing at a FakeDnsServer's port."""
+    options = {"no_default_search_domain": no_search}
+    if use_tcp:
+        options["use_tcp_for_dns_lookups"] = True
+    return {
+        "name": "envoy.network.dns_resolver.cares",
+        "typed_config": {
+            "@type": "type.googleapis.com/"
+                     "envoy.extensions.network.dns_resolver.cares.v3.CaresDnsResolverConfig",
+            "resolvers": [{"socket_address": {"address": "127.0.0.1", "port_value": port}}],
+            "dns_resolver_options": options,
+        },
+    }
+
+
 class IntegrationTestCase(unittest.TestCase):
     """Starts servers with cleanups registered, so tearDown always stops them (by PID for rpx).
     A crash of rpx during a test makes the test fail."""
@@ -1922,6 +2105,12 @@ class IntegrationTestCase(unittest.TestCase):
         proxy.start()
         self.addCleanup(proxy.check_clean_exit)  # runs before cleanup (LIFO)
         return proxy
+
+    def start_dns_server(self):
+        """A FakeDnsServer on 127.0.0.1, stopped at cleanup."""
+        dns = FakeDnsServer()
+        self.addCleanup(dns.stop)
+        return dns
 
     def start_xds_server(self, files=None, port=0, poll_ms=200):
         """Starts tools/xds_server on a fresh resource directory holding `files` (file name ->
