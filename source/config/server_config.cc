@@ -355,6 +355,58 @@ void Builder::BuildCluster(const Cluster& c, const std::string& path, ServerConf
     info->panic_threshold = t;
   }
   info->locality_weighted = c.common_lb_config().has_locality_weighted_lb_config();
+  // RuntimeDouble: the default value; a runtime key would make it change at runtime, which rpx's
+  // runtime does not do for these.
+  auto runtime_double = [&](const envoy::config::core::v3::RuntimeDouble& r,
+                            const std::string& rp) {
+    if (!r.runtime_key().empty()) {
+      Error(rp + ".runtime_key", "runtime overrides of this value are not supported");
+    }
+    return r.default_value();
+  };
+  auto slow_start = [&](const Cluster::SlowStartConfig& ss, const std::string& sp) {
+    ClusterInfo::SlowStart out;
+    PositiveMs(ss.has_slow_start_window(), ss.slow_start_window(), sp + ".slow_start_window",
+               /*required=*/true, &out.window_ms);
+    if (ss.has_aggression()) {
+      out.aggression = runtime_double(ss.aggression(), sp + ".aggression");
+      if (!(out.aggression > 0)) Error(sp + ".aggression.default_value", "must be positive");
+    }
+    if (ss.has_min_weight_percent()) {
+      double v = ss.min_weight_percent().value();
+      if (v < 0 || v > 100) Error(sp + ".min_weight_percent", "must be within [0, 100]");
+      out.min_weight = v / 100;
+    }
+    info->slow_start = out;
+  };
+  if (c.has_round_robin_lb_config()) {
+    std::string rp = path + ".round_robin_lb_config";
+    if (c.lb_policy() != Cluster::ROUND_ROBIN) Error(rp, "needs lb_policy ROUND_ROBIN");
+    if (c.round_robin_lb_config().has_slow_start_config()) {
+      slow_start(c.round_robin_lb_config().slow_start_config(), rp + ".slow_start_config");
+    }
+  }
+  if (c.has_least_request_lb_config()) {
+    const auto& lr = c.least_request_lb_config();
+    std::string lp = path + ".least_request_lb_config";
+    if (c.lb_policy() != Cluster::LEAST_REQUEST) Error(lp, "needs lb_policy LEAST_REQUEST");
+    if (lr.has_choice_count()) {
+      info->choice_count = lr.choice_count().value();
+      if (info->choice_count < 2 || info->choice_count > 100) {
+        Error(lp + ".choice_count", "must be within [2, 100]");
+      }
+    }
+    if (lr.has_active_request_bias()) {
+      // rpx weighs hosts by active requests per unit of weight: Envoy's bias 1.0.
+      double bias = runtime_double(lr.active_request_bias(), lp + ".active_request_bias");
+      if (bias != 1.0) {
+        Error(lp + ".active_request_bias",
+              "only 1.0 (active requests per unit of weight) is "
+              "supported");
+      }
+    }
+    if (lr.has_slow_start_config()) slow_start(lr.slow_start_config(), lp + ".slow_start_config");
+  }
   if (c.health_checks_size() > 1) {
     Error(path + ".health_checks", "one health check per cluster is supported");
   } else if (c.health_checks_size() == 1) {

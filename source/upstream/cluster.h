@@ -346,6 +346,18 @@ struct ClusterInfo {
   std::shared_ptr<const OutlierConfig> outlier;
   std::shared_ptr<OutlierSink> outlier_sink;  // with `outlier`
   std::shared_ptr<ClusterHealth> health;      // with either
+  // round_robin_lb_config / least_request_lb_config .slow_start_config: a host's weight ramps up
+  // over `window_ms` after it joins or comes back from failing its health checks, as
+  // weight x max(min_weight, time_factor ^ (1 / aggression)), time_factor = max(seconds in the
+  // window, 1) / window in seconds (Envoy's formula).
+  struct SlowStart {
+    uint64_t window_ms = 0;
+    double aggression = 1.0;
+    double min_weight = 0.1;
+  };
+  std::optional<SlowStart> slow_start;
+  // least_request_lb_config.choice_count: hosts drawn per pick (the least loaded wins).
+  uint32_t choice_count = 2;
   // common_lb_config.locality_weighted_lb_config: within a priority, a locality is picked by its
   // load_balancing_weight (scaled by its health), then a host within it.
   bool locality_weighted = false;

@@ -39,8 +39,24 @@ void WorkerCluster::Update(const ClusterEntry& entry) {
   hosts_ = entry.hosts;
   stats_ = &info_->stats[worker_index_ % info_->stats_slots];
   std::vector<HostPool> next;
+  const bool first = !updated_;
+  updated_ = true;
   for (const auto& host : *hosts_) {
     HostPool hp{host, nullptr, {}};
+    // Slow start: a host already a member keeps its ramp, even when the settings changed; a
+    // host that joins later starts one (the first host set does not: hosts that all start
+    // together would ramp in step, which changes no share).
+    const HostPool* member = nullptr;
+    for (const auto& old : pools_) {
+      if (old.host->address == host->address) member = &old;
+    }
+    if (member) {
+      hp.slow_start_ms = member->slow_start_ms;
+      hp.was_available = member->was_available;
+    } else if (info_->slow_start && !first) {
+      dispatcher_.UpdateTime();
+      hp.slow_start_ms = std::max<uint64_t>(1, dispatcher_.NowMs());
+    }
     if (!settings_changed) {
       for (auto& old : pools_) {
         // Same address and the same transport-selecting metadata: the pool (and its idle
@@ -71,6 +87,11 @@ void WorkerCluster::Update(const ClusterEntry& entry) {
     }
   }
   pools_ = std::move(next);
+  if (info_->slow_start && !slow_start_timer_) {
+    slow_start_timer_ = dispatcher_.CreateTimer([this] { OnSlowStartTick(); });
+  }
+  dispatcher_.UpdateTime();
+  bool ramping = UpdateWeights(dispatcher_.NowMs());
   // Free pools that finished draining.
   for (size_t i = 0; i < draining_.size();) {
     if (draining_[i]->idle()) {
@@ -81,6 +102,56 @@ void WorkerCluster::Update(const ClusterEntry& entry) {
     }
   }
   BuildLevels();
+  if (ramping) OnSlowStartTick();
+}
+
+double WorkerCluster::SlowStartFactor(const ClusterInfo::SlowStart& s, uint64_t elapsed_ms) {
+  double window_s = s.window_ms / 1000.0;
+  double time_factor = std::max(elapsed_ms / 1000.0, 1.0) / window_s;
+  return std::min(1.0, std::max(s.min_weight, std::pow(time_factor, 1.0 / s.aggression)));
+}
+
+bool WorkerCluster::UpdateWeights(uint64_t now_ms) {
+  bool ramping = false;
+  for (auto& hp : pools_) {
+    if (!info_->slow_start) {
+      hp.lb_weight = hp.host->weight;
+      continue;
+    }
+    const auto& ss = *info_->slow_start;
+    double factor = 1.0;
+    if (hp.slow_start_ms) {
+      uint64_t elapsed = now_ms > hp.slow_start_ms ? now_ms - hp.slow_start_ms : 0;
+      if (elapsed >= ss.window_ms) {
+        hp.slow_start_ms = 0;  // out of its window: full weight from now on
+      } else {
+        factor = SlowStartFactor(ss, elapsed);
+        ramping = true;
+      }
+    }
+    hp.lb_weight = std::max<uint32_t>(1, std::llround(hp.host->weight * 1000.0 * factor));
+  }
+  return ramping;
+}
+
+void WorkerCluster::OnSlowStartTick() {
+  dispatcher_.UpdateTime();
+  bool ramping = UpdateWeights(dispatcher_.NowMs());
+  for (auto& level : levels_) {
+    BuildGroup(&level);
+    for (auto& loc : level.localities) BuildGroup(&loc);
+  }
+  // Twenty steps over the window (at most one every 50 ms, at least one a second).
+  if (ramping) {
+    slow_start_timer_->Enable(std::clamp<uint64_t>(info_->slow_start->window_ms / 20, 50, 1000));
+  }
+}
+
+uint32_t WorkerCluster::lb_weight(const Host& host) const {
+  for (const auto& hp : pools_) {
+    if (hp.host->address == host.address) return hp.lb_weight;
+  }
+  return 0;
 }
 
 void WorkerCluster::SetReclaim(ConnPool* pool) {
@@ -156,8 +227,8 @@ void WorkerCluster::BuildGroup(Group* g) {
   uint64_t total = 0;
   uint32_t gcd = 0;
   for (uint32_t i : g->members) {
-    total += pools_[i].host->weight;
-    gcd = std::gcd(gcd, pools_[i].host->weight);
+    total += pools_[i].lb_weight;
+    gcd = std::gcd(gcd, pools_[i].lb_weight);
   }
   if (gcd == 0) gcd = 1;
   uint64_t len = std::min<uint64_t>(total / gcd, 4096);  // long schedules approximate the weights
@@ -165,7 +236,7 @@ void WorkerCluster::BuildGroup(Group* g) {
   for (uint64_t n = 0; n < len; ++n) {
     size_t best = 0;
     for (size_t k = 0; k < g->members.size(); ++k) {
-      current[k] += pools_[g->members[k]].host->weight / gcd;
+      current[k] += pools_[g->members[k]].lb_weight / gcd;
       if (current[k] > current[best]) best = k;
     }
     current[best] -= static_cast<int64_t>(total / gcd);
@@ -410,8 +481,16 @@ ConnPool* WorkerCluster::ChooseByHash(Level& level, uint64_t hash, bool health) 
 }
 
 void WorkerCluster::OnHealthChanged() {
+  bool back = false;
   for (auto& hp : pools_) {
-    if (hp.host->available()) continue;
+    bool available = hp.host->available();
+    if (available && !hp.was_available && info_->slow_start) {
+      dispatcher_.UpdateTime();
+      hp.slow_start_ms = std::max<uint64_t>(1, dispatcher_.NowMs());  // back: ramps up again
+      back = true;
+    }
+    hp.was_available = available;
+    if (available) continue;
     // Idle connections to a failed host would only serve a panic; busy ones finish their
     // request.
     while (hp.pool->CloseOneIdle()) {
@@ -422,6 +501,7 @@ void WorkerCluster::OnHealthChanged() {
     }
   }
   RecomputeLoads();
+  if (back) OnSlowStartTick();
 }
 
 ConnPool* WorkerCluster::ChooseIn(Group& g, uint64_t random) {
@@ -437,17 +517,23 @@ ConnPool* WorkerCluster::ChooseIn(Group& g, uint64_t random) {
       // A random place in the weighted schedule: a host in proportion to its weight.
       return pools_[schedule[random % schedule.size()]].pool.get();
     case LbPolicy::kLeastRequest: {
-      // Power of two choices (Envoy's default for LEAST_REQUEST), the two drawn by weight and
-      // compared by active requests per unit of weight.
+      // Power of two choices (Envoy's default for LEAST_REQUEST; choice_count more), drawn by
+      // weight and compared by active requests per unit of weight.
       size_t a = random % schedule.size();
       size_t b = (random >> 32) % schedule.size();
       if (schedule[a] == schedule[b]) b = (b + 1) % schedule.size();
-      const HostPool& pa = pools_[schedule[a]];
-      const HostPool& pb = pools_[schedule[b]];
-      return pa.pool->active_requests() * uint64_t{pb.host->weight} <=
-                     pb.pool->active_requests() * uint64_t{pa.host->weight}
-                 ? pa.pool.get()
-                 : pb.pool.get();
+      const HostPool* best = &pools_[schedule[a]];
+      auto fewer = [](const HostPool& x, const HostPool& y) {  // x less loaded than y
+        return x.pool->active_requests() * uint64_t{y.lb_weight} <
+               y.pool->active_requests() * uint64_t{x.lb_weight};
+      };
+      if (fewer(pools_[schedule[b]], *best)) best = &pools_[schedule[b]];
+      for (uint32_t k = 2; k < info_->choice_count; ++k) {
+        random = random * 6364136223846793005ULL + 1442695040888963407ULL;
+        const HostPool& c = pools_[schedule[(random >> 33) % schedule.size()]];
+        if (fewer(c, *best)) best = &c;
+      }
+      return best->pool.get();
     }
   }
   return pools_[g.members[0]].pool.get();

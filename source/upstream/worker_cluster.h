@@ -37,6 +37,10 @@ class WorkerCluster {
   // the same hash, the same host, on every worker and across restarts; without one those
   // policies pick at random.
   ConnPool* ChoosePool(uint64_t random, const uint64_t* hash = nullptr);
+  // Slow start's weight factor for a host `elapsed_ms` into its window (Envoy's formula).
+  static double SlowStartFactor(const ClusterInfo::SlowStart& s, uint64_t elapsed_ms);
+  // The weight the load balancer gives `host`'s pool now (tests).
+  uint32_t lb_weight(const Host& host) const;
   // The share of requests (percent) priority level `index` (0 the highest present) takes, and
   // whether it is in panic, as of the last health change. For tests and the admin.
   uint32_t level_load(size_t index) const { return levels_[index].load; }
@@ -66,6 +70,11 @@ class WorkerCluster {
     std::unique_ptr<ConnPool> pool;
     // auto_sni: one pool per SNI the requests asked for.
     absl::flat_hash_map<std::string, std::unique_ptr<ConnPool>> by_sni;
+    // The weight the schedules use: the host's, or during slow start a ramp towards it (in
+    // thousandths then, so that the ramp is smooth).
+    uint32_t lb_weight = 1;
+    uint64_t slow_start_ms = 0;  // when its slow start began (monotonic); 0: not in one
+    bool was_available = true;
   };
   // Hosts drawn from together: a priority level, or one locality of a level.
   struct Group {
@@ -102,6 +111,10 @@ class WorkerCluster {
   // A host's verdict changed: idle connections to hosts that failed are closed.
   void OnHealthChanged();
   void BuildLevels();
+  // Slow start: sets every pool's lb_weight for `now_ms`; true while a host is still ramping.
+  bool UpdateWeights(uint64_t now_ms);
+  // Rebuilds the schedules with new weights, and keeps the ramp timer going while needed.
+  void OnSlowStartTick();
   bool ReclaimIdle(ConnPool* requester);
 
   Dispatcher& dispatcher_;
@@ -114,6 +127,8 @@ class WorkerCluster {
   std::vector<Level> levels_;  // by priority, highest (lowest number) first
   // One level, no locality weighting and every host available: the policy's plain pick.
   bool simple_ = true;
+  std::unique_ptr<Timer> slow_start_timer_;  // while a host's weight ramps up
+  bool updated_ = false;                     // a host set was applied (the first one is in)
   uint32_t retries_waiting_ = 0;
   uint64_t health_generation_ = 0;  // the ClusterHealth generation last seen
   // Lets callbacks posted from other workers check that this object still exists.

@@ -118,6 +118,51 @@ TEST(ServerConfigTest, BuildsEverySetting) {
   EXPECT_FALSE(web.info->locality_weighted);
 }
 
+TEST(ServerConfigTest, SlowStartAndLeastRequestSettings) {
+  std::string yaml = Replace(kGood, "    lb_policy: RANDOM",
+                             "    lb_policy: LEAST_REQUEST\n"
+                             "    least_request_lb_config:\n"
+                             "      choice_count: 3\n"
+                             "      active_request_bias: {default_value: 1.0}\n"
+                             "      slow_start_config:\n"
+                             "        slow_start_window: 30s\n"
+                             "        aggression: {default_value: 2.0}\n"
+                             "        min_weight_percent: {value: 20}");
+  ServerConfig c;
+  std::vector<std::string> errors;
+  ASSERT_TRUE(Build(yaml, &c, &errors)) << ::testing::PrintToString(errors);
+  const ClusterInfo& info = *c.clusters.at("web").info;
+  EXPECT_EQ(info.choice_count, 3u);
+  ASSERT_TRUE(info.slow_start.has_value());
+  EXPECT_EQ(info.slow_start->window_ms, 30000u);
+  EXPECT_DOUBLE_EQ(info.slow_start->aggression, 2.0);
+  EXPECT_DOUBLE_EQ(info.slow_start->min_weight, 0.2);
+
+  EXPECT_THAT(OnlyError(Replace(yaml, "choice_count: 3", "choice_count: 1")),
+              HasSubstr("least_request_lb_config.choice_count: must be within [2, 100]"));
+  EXPECT_THAT(OnlyError(Replace(yaml, "{default_value: 1.0}", "{default_value: 2.0}")),
+              HasSubstr("least_request_lb_config.active_request_bias: only 1.0"));
+  EXPECT_THAT(OnlyError(Replace(yaml, "{default_value: 2.0}", "{default_value: 0}")),
+              HasSubstr("slow_start_config.aggression.default_value: must be positive"));
+  EXPECT_THAT(
+      OnlyError(Replace(yaml, "{default_value: 2.0}", "{default_value: 2.0, runtime_key: k}")),
+      HasSubstr("slow_start_config.aggression.runtime_key: runtime overrides"));
+  EXPECT_THAT(OnlyError(Replace(yaml, "        slow_start_window: 30s\n", "")),
+              HasSubstr("slow_start_config.slow_start_window: is required"));
+  EXPECT_THAT(OnlyError(Replace(yaml, "lb_policy: LEAST_REQUEST", "lb_policy: RANDOM")),
+              HasSubstr("least_request_lb_config: needs lb_policy LEAST_REQUEST"));
+  // ROUND_ROBIN's own.
+  std::string rr = Replace(kGood, "    lb_policy: RANDOM",
+                           "    lb_policy: ROUND_ROBIN\n"
+                           "    round_robin_lb_config: {slow_start_config: "
+                           "{slow_start_window: 5s}}");
+  ServerConfig c2;
+  ASSERT_TRUE(Build(rr, &c2, &errors)) << ::testing::PrintToString(errors);
+  ASSERT_TRUE(c2.clusters.at("web").info->slow_start.has_value());
+  EXPECT_DOUBLE_EQ(c2.clusters.at("web").info->slow_start->aggression, 1.0);
+  EXPECT_DOUBLE_EQ(c2.clusters.at("web").info->slow_start->min_weight, 0.1);
+}
+
 TEST(ServerConfigTest, PrioritiesLocalitiesAndTheAssignmentPolicy) {
   std::string yaml =
       Replace(kGood, R"(      endpoints:

@@ -226,5 +226,42 @@ class EdsPriorityTest(IntegrationTestCase):
         self.assertEqual(set(self.served(100)), {"a", "b"})
 
 
+class SlowStartTest(IntegrationTestCase):
+    """round_robin_lb_config.slow_start_config: a host EDS adds later ramps up over the window
+    (Envoy's formula: a tenth of its weight for the first seconds of a 60 s window) while the
+    hosts already there keep theirs."""
+
+    def served(self, count):
+        return PriorityTest.served(self, count)
+
+    def test_a_joining_host_takes_a_small_share_at_first(self):
+        self.ups = {n: self.start_echo(n) for n in ("a", "b", "c")}
+        self.port = free_port()
+        c = eds_cluster("c", extra={"lb_policy": "ROUND_ROBIN", "round_robin_lb_config": {
+            "slow_start_config": {"slow_start_window": "60s"}}})
+        cla = lambda names: {"cluster_name": "c", "endpoints": endpoints(
+            [([self.ups[n].port for n in names], {})])}
+        self.state = {
+            "listeners": [rds_listener("main", self.port, "main_routes")],
+            "routes": [route_configuration("main_routes", [
+                virtual_host("all", ["*"], [route("/", "c", timeout="15s")])])],
+            "clusters": [c],
+            "endpoints": [cla(("a", "b"))],
+        }
+        self.xds = self.start_xds_server({CONFIG_FILE: self.state})
+        self.xds.wait_for(r"^snapshot version=1 ", what="the first snapshot")
+        self.proxy = self.start_rpx(xds_bootstrap(self.xds.port, node_id=NODE), concurrency=1)
+        wait_until(lambda: self.proxy.stats().get("cluster.c.membership_total") == 2,
+                   timeout=20, what="the endpoints")
+        self.assertEqual(self.served(100), {"a": 50, "b": 50})
+        self.state["endpoints"] = [cla(("a", "b", "c"))]
+        mark = self.xds.write_resources(CONFIG_FILE, **self.state)
+        self.xds.wait_ack("EDS", mark, node=NODE)
+        # Without slow start c would take a third (100 of 300); ramping it takes about 5%.
+        seen = self.served(300)
+        self.assertTrue(0 < seen.get("c", 0) < 60, seen)
+        self.assertTrue(abs(seen.get("a", 0) - seen.get("b", 0)) <= 2, seen)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -2,6 +2,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -28,6 +29,7 @@ class WorkerClusterTest : public ::testing::Test {
     info->lb_policy = policy;
     info->locality_weighted = locality_weighted_;
     info->panic_threshold = panic_threshold_;
+    info->slow_start = slow_start_;
     info->resources = std::make_shared<ClusterResources>(1024, 1024, 1024);
     info->stats_slots = 1;
     info->stats.reset(new ClusterStats[1]);
@@ -95,6 +97,7 @@ class WorkerClusterTest : public ::testing::Test {
   double panic_threshold_ = 50;
   uint32_t overprovisioning_factor_ = 140;
   bool weighted_priority_health_ = false;
+  std::optional<ClusterInfo::SlowStart> slow_start_;
   std::shared_ptr<ClusterInfo> info_;
   std::shared_ptr<HostSet> hosts_;
   std::unique_ptr<WorkerCluster> cluster_;
@@ -246,6 +249,51 @@ TEST_F(WorkerClusterTest, HashPicksTheSameHostWithinLevels) {
     uint16_t again = cluster_->ChoosePool(key + 2, &hash)->host().address.port();
     EXPECT_EQ(port, again) << key;
   }
+}
+
+TEST(SlowStartTest, EnvoysRampFormula) {
+  ClusterInfo::SlowStart s{10000, 1.0, 0.1};
+  EXPECT_DOUBLE_EQ(WorkerCluster::SlowStartFactor(s, 0), 0.1);  // max(0 s, 1 s) / 10 s
+  EXPECT_DOUBLE_EQ(WorkerCluster::SlowStartFactor(s, 5000), 0.5);
+  s.aggression = 2.0;  // faster: the square root of the time factor
+  EXPECT_DOUBLE_EQ(WorkerCluster::SlowStartFactor(s, 2500), 0.5);
+  s = {10000, 1.0, 0.3};  // min_weight_percent 30
+  EXPECT_DOUBLE_EQ(WorkerCluster::SlowStartFactor(s, 0), 0.3);
+  EXPECT_DOUBLE_EQ(WorkerCluster::SlowStartFactor(s, 9999), 0.9999);
+}
+
+TEST_F(WorkerClusterTest, AJoiningHostRampsUpAndSoDoesOneBackFromFailing) {
+  slow_start_ = ClusterInfo::SlowStart{60000, 1.0, 0.1};  // a minute: no test gets near its end
+  Build({{1001, 0}, {1002, 0}});
+  // The first host set does not ramp (its hosts would ramp in step).
+  EXPECT_EQ(cluster_->lb_weight(*(*hosts_)[0]), 1000u);
+  // c joins: about a tenth of a weight for its first seconds (max(t, 1 s) / 60 s, at least 10%).
+  auto next = std::make_shared<HostSet>(*hosts_);
+  auto c = std::make_shared<Host>();
+  c->address = *SocketAddress::FromIpPort("127.0.0.1", 1003);
+  next->push_back(c);
+  hosts_ = next;
+  cluster_->Update(ClusterEntry{info_, next});
+  uint32_t w = cluster_->lb_weight(*c);
+  EXPECT_GE(w, 100u);
+  EXPECT_LT(w, 500u);
+  auto seen = Sweep(2000);
+  EXPECT_GT(seen[1003], 0);
+  EXPECT_LT(seen[1003], seen[1001] / 2);
+  EXPECT_EQ(cluster_->lb_weight(*(*hosts_)[0]), 1000u);  // members keep their weight
+  // a fails its health check and comes back: it ramps again.
+  SetFailed(1001, true);
+  cluster_->ChoosePool(0);
+  SetFailed(1001, false);
+  cluster_->ChoosePool(0);
+  EXPECT_LT(cluster_->lb_weight(*(*hosts_)[0]), 500u);
+  EXPECT_EQ(cluster_->lb_weight(*(*hosts_)[1]), 1000u);
+}
+
+TEST_F(WorkerClusterTest, WithoutSlowStartWeightsAreTheHostsOwn) {
+  Build({{1001, 0, "r/z/", 0, 3}, {1002, 0}});
+  EXPECT_EQ(cluster_->lb_weight(*(*hosts_)[0]), 3u);
+  EXPECT_EQ(cluster_->lb_weight(*(*hosts_)[1]), 1u);
 }
 
 }  // namespace
