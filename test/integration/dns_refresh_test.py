@@ -10,14 +10,13 @@ alone decides which one a request reaches. No assertion is on a duration: "event
 wait_until with generous bounds."""
 
 import json
-import os
 import socket
 import time
 import unittest
 
 from harness import (IntegrationTestCase, EchoUpstream, FakeDnsServer, bootstrap, cluster, curl,
-                     dns_resolver_config, free_port, http_listener, make_tmpdir, remove_tmpdir,
-                     route, run_rpx, to_yaml, virtual_host, wait_until, xds_bootstrap)
+                     dns_resolver_config, free_port, http_listener, route, virtual_host,
+                     wait_until, xds_bootstrap)
 
 
 def dns_cluster(name, hostname, port, dns_port, kind="STRICT_DNS", family="V4_ONLY",
@@ -215,14 +214,7 @@ class DnsRefreshTest(IntegrationTestCase):
         config = bootstrap(
             [http_listener("l", self.port, [virtual_host("all", ["*"], [route("/", "svc")])])],
             [dns_cluster("svc", "svc.test", self.a.port, self.dns.port)])
-        tmp = make_tmpdir("rpx-it-validate-")
-        try:
-            path = os.path.join(tmp, "bootstrap.yaml")
-            with open(path, "w") as f:
-                f.write(to_yaml(config))
-            cp = run_rpx(["--mode", "validate", "-c", path])
-        finally:
-            remove_tmpdir(tmp)
+        cp = self.validate(config)
         self.assertEqual(cp.returncode, 0, cp.stdout + cp.stderr)
         self.assertEqual(self.dns.queries("svc.test"), 0)
 

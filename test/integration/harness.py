@@ -2084,17 +2084,22 @@ class IntegrationTestCase(unittest.TestCase):
         self.addCleanup(u.stop)
         return u
 
-    def assert_refused(self, config, *wanted):
-        """`rpx --mode validate` refuses `config` (a bootstrap dict), and its output holds each
-        of `wanted`."""
+    def validate(self, config):
+        """Runs `rpx --mode validate` on `config` (a bootstrap dict); returns the finished
+        process (returncode, stdout, stderr)."""
         tmp = make_tmpdir("rpx-it-validate-")
         try:
             path = os.path.join(tmp, "bootstrap.yaml")
             with open(path, "w") as f:
                 f.write(to_yaml(config))
-            cp = run_rpx(["--mode", "validate", "-c", path])
+            return run_rpx(["--mode", "validate", "-c", path])
         finally:
             remove_tmpdir(tmp)
+
+    def assert_refused(self, config, *wanted):
+        """`rpx --mode validate` refuses `config` (a bootstrap dict), and its output holds each
+        of `wanted`."""
+        cp = self.validate(config)
         self.assertNotEqual(cp.returncode, 0, cp.stdout + cp.stderr)
         for w in wanted:
             self.assertIn(w, cp.stdout + cp.stderr)
