@@ -1,7 +1,6 @@
 #include "source/network/address.h"
 
 #include <arpa/inet.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 
@@ -81,35 +80,20 @@ std::string SocketAddress::ToString() const {
   return absl::StrCat(Ip(), ":", port());
 }
 
-absl::StatusOr<std::vector<SocketAddress>> ResolveHost(const std::string& host, uint32_t port) {
-  auto literal = SocketAddress::FromIpPort(host, port);
-  if (literal.ok()) return std::vector<SocketAddress>{*literal};
-  struct addrinfo hints;
-  memset(&hints, 0, sizeof(hints));
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  struct addrinfo* res = nullptr;
-  int rc = getaddrinfo(host.c_str(), nullptr, &hints, &res);
-  if (rc != 0) {
-    return absl::UnavailableError(absl::StrCat("cannot resolve '", host, "': ", gai_strerror(rc)));
+bool SocketAddress::operator==(const SocketAddress& o) const {
+  if (family() != o.family()) return false;
+  if (family() == AF_INET) {
+    const auto* a = reinterpret_cast<const sockaddr_in*>(&storage);
+    const auto* b = reinterpret_cast<const sockaddr_in*>(&o.storage);
+    return a->sin_port == b->sin_port && a->sin_addr.s_addr == b->sin_addr.s_addr;
   }
-  std::vector<SocketAddress> out;
-  for (auto* ai = res; ai; ai = ai->ai_next) {
-    SocketAddress a = SocketAddress::FromSockaddr(ai->ai_addr, ai->ai_addrlen);
-    if (a.family() == AF_INET) {
-      reinterpret_cast<sockaddr_in*>(&a.storage)->sin_port = htons(port);
-    } else if (a.family() == AF_INET6) {
-      reinterpret_cast<sockaddr_in6*>(&a.storage)->sin6_port = htons(port);
-    } else {
-      continue;
-    }
-    bool dup = false;
-    for (auto& o : out) dup |= (o == a);
-    if (!dup) out.push_back(a);
+  if (family() == AF_INET6) {
+    const auto* a = reinterpret_cast<const sockaddr_in6*>(&storage);
+    const auto* b = reinterpret_cast<const sockaddr_in6*>(&o.storage);
+    return a->sin6_port == b->sin6_port &&
+           memcmp(&a->sin6_addr, &b->sin6_addr, sizeof(a->sin6_addr)) == 0;
   }
-  freeaddrinfo(res);
-  if (out.empty()) return absl::UnavailableError(absl::StrCat("no addresses for '", host, "'"));
-  return out;
+  return len == o.len && memcmp(&storage, &o.storage, len) == 0;
 }
 
 }  // namespace rpx

@@ -24,14 +24,13 @@ struct SocketAddress {
   uint16_t port() const;
   std::string Ip() const;
   std::string ToString() const;  // "1.2.3.4:80" or "[::1]:80"
-  bool operator==(const SocketAddress& o) const { return ToString() == o.ToString(); }
+  // Same family, address and port (what ToString shows), compared without formatting: pools and
+  // health state are matched by address on every host-set update.
+  bool operator==(const SocketAddress& o) const;
 };
 
 // "a.b.c.d" for an IPv4 address given as its 4 bytes in network order: what inet_ntop prints,
 // without the sprintf it uses (the client address goes into every request's x-forwarded-for).
 std::string FormatIpv4(const uint8_t bytes[4]);
-
-// Resolves `host` (name or literal) to addresses with getaddrinfo. Blocking: main thread only.
-absl::StatusOr<std::vector<SocketAddress>> ResolveHost(const std::string& host, uint32_t port);
 
 }  // namespace rpx

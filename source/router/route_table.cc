@@ -542,17 +542,9 @@ bool RouteEntry::Matches(const RequestHead& req, std::string_view path, std::str
     if (!h.Matches(req)) return false;
   }
   for (const auto& q : query_params) {
-    bool matched = false;
-    for (std::string_view rest = query; !rest.empty() && !matched;) {
-      size_t amp = rest.find('&');
-      std::string_view kv = rest.substr(0, amp);
-      rest = amp == std::string_view::npos ? std::string_view() : rest.substr(amp + 1);
-      size_t eq = kv.find('=');
-      std::string_view k = kv.substr(0, eq);
-      std::string_view v = eq == std::string_view::npos ? std::string_view() : kv.substr(eq + 1);
-      if (k != q.name) continue;
-      matched = q.present_only || q.string_match.Matches(v);
-    }
+    bool matched = ForEachQueryParam(query, [&q](std::string_view k, std::string_view v) {
+      return k == q.name && (q.present_only || q.string_match.Matches(v));
+    });
     if (!matched) return false;
   }
   return true;

@@ -87,6 +87,24 @@ struct RetryPolicy;
 // A Duration in whole milliseconds (the route table's and retry policy's timeouts).
 uint64_t DurationMs(const google::protobuf::Duration& d);
 
+// Calls `fn(name, value)` for each "name=value" of a query string (the part after '?'; a name
+// without '=' has an empty value) until `fn` returns true; returns whether it did. The route
+// matcher's query_parameters and the hash policy's query_parameter read queries this way.
+template <typename Fn>
+bool ForEachQueryParam(std::string_view query, Fn&& fn) {
+  while (!query.empty()) {
+    size_t amp = query.find('&');
+    std::string_view kv = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    size_t eq = kv.find('=');
+    if (fn(kv.substr(0, eq),
+           eq == std::string_view::npos ? std::string_view() : kv.substr(eq + 1))) {
+      return true;
+    }
+  }
+  return false;
+}
+
 struct DownstreamTlsFacts {
   bool presented = false;  // the client sent a certificate
   bool validated = false;  // and it passed the listener's validation context

@@ -511,17 +511,12 @@ std::optional<std::string_view> CookieValue(std::string_view header, std::string
 std::optional<std::string_view> QueryValue(std::string_view path, std::string_view name) {
   size_t q = path.find('?');
   if (q == std::string_view::npos) return std::nullopt;
-  std::string_view rest = path.substr(q + 1);
-  while (!rest.empty()) {
-    size_t amp = rest.find('&');
-    std::string_view kv = rest.substr(0, amp);
-    rest = amp == std::string_view::npos ? std::string_view() : rest.substr(amp + 1);
-    size_t eq = kv.find('=');
-    if (kv.substr(0, eq) == name) {
-      return eq == std::string_view::npos ? std::string_view() : kv.substr(eq + 1);
-    }
-  }
-  return std::nullopt;
+  std::optional<std::string_view> out;
+  ForEachQueryParam(path.substr(q + 1), [&](std::string_view k, std::string_view v) {
+    if (k == name) out = v;
+    return k == name;
+  });
+  return out;
 }
 
 }  // namespace

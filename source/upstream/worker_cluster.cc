@@ -43,33 +43,31 @@ void WorkerCluster::Update(const ClusterEntry& entry) {
   updated_ = true;
   for (const auto& host : *hosts_) {
     HostPool hp{host, nullptr, {}};
-    // Slow start: a host already a member keeps its ramp, even when the settings changed; a
-    // host that joins later starts one (the first host set does not: hosts that all start
-    // together would ramp in step, which changes no share).
+    // The host's earlier form, if it was a member: with the same transport-selecting metadata
+    // and unchanged settings its pool (and idle connections) stays.
     const HostPool* member = nullptr;
-    for (const auto& old : pools_) {
-      if (old.host->address == host->address) member = &old;
+    for (auto& old : pools_) {
+      if (!(old.host->address == host->address)) continue;
+      if (!member) member = &old;
+      if (!settings_changed && old.pool &&
+          old.host->transport_socket_match == host->transport_socket_match) {
+        member = &old;
+        hp.pool = std::move(old.pool);
+        hp.by_sni = std::move(old.by_sni);
+        hp.pool->UpdateHost(host);
+        for (auto& [sni, p] : hp.by_sni) p->UpdateHost(host);
+        break;
+      }
     }
+    // Slow start: a member keeps its ramp, even when the settings changed; a host that joins
+    // later starts one (the first host set does not: hosts that all start together would ramp
+    // in step, which changes no share).
     if (member) {
       hp.slow_start_ms = member->slow_start_ms;
       hp.was_available = member->was_available;
     } else if (info_->slow_start && !first) {
       dispatcher_.UpdateTime();
       hp.slow_start_ms = std::max<uint64_t>(1, dispatcher_.NowMs());
-    }
-    if (!settings_changed) {
-      for (auto& old : pools_) {
-        // Same address and the same transport-selecting metadata: the pool (and its idle
-        // connections) stays.
-        if (old.pool && old.host->address == host->address &&
-            old.host->transport_socket_match == host->transport_socket_match) {
-          hp.pool = std::move(old.pool);
-          hp.by_sni = std::move(old.by_sni);
-          hp.pool->UpdateHost(host);
-          for (auto& [sni, p] : hp.by_sni) p->UpdateHost(host);
-          break;
-        }
-      }
     }
     if (!hp.pool) hp.pool = std::make_unique<ConnPool>(dispatcher_, info_, host, *stats_);
     SetReclaim(hp.pool.get());

@@ -2096,6 +2096,16 @@ class IntegrationTestCase(unittest.TestCase):
         finally:
             remove_tmpdir(tmp)
 
+    def assert_cluster_refused(self, extra, *wanted, route_action=None):
+        """`assert_refused` on one listener routing everything to one static cluster "c" with
+        `extra` merged into the cluster (and `route_action` into the route's action)."""
+        c = cluster("c", free_port())
+        c.update(extra or {})
+        r = route("/", "c")
+        r["route"].update(route_action or {})
+        self.assert_refused(bootstrap([http_listener("l", free_port(), [
+            virtual_host("all", ["*"], [r])])], [c]), *wanted)
+
     def assert_refused(self, config, *wanted):
         """`rpx --mode validate` refuses `config` (a bootstrap dict), and its output holds each
         of `wanted`."""

@@ -158,10 +158,7 @@ class HashingTest(IntegrationTestCase):
         ]
         for extra, want in cases:
             with self.subTest(want=want):
-                c = cluster("c", free_port())
-                c.update(extra)
-                self.assert_refused(bootstrap([http_listener("l", free_port(), [
-                    virtual_host("all", ["*"], [route("/", "c")])])], [c]), want)
+                self.assert_cluster_refused(extra, want)
 
 if __name__ == "__main__":
     unittest.main()

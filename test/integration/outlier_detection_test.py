@@ -143,10 +143,7 @@ class OutlierDetectionTest(IntegrationTestCase):
                  "outlier_detection.enforcing_local_origin_success_rate: success rates of "
                  "local-origin errors are not judged separately yet")]:
             with self.subTest(want=want):
-                c = cluster("c", free_port())
-                c["outlier_detection"] = detection
-                self.assert_refused(bootstrap([http_listener("l", free_port(), [
-                    virtual_host("all", ["*"], [route("/", "c")])])], [c]), want)
+                self.assert_cluster_refused({"outlier_detection": detection}, want)
 
 
 if __name__ == "__main__":

@@ -59,6 +59,13 @@ class RetryTest(IntegrationTestCase):
     def stat(self, name):
         return self.proxy.stat("cluster.c." + name)
 
+    def assert_served_by(self, name, count):
+        """`count` GETs of /x, each answered 200 by upstream `name`."""
+        for _ in range(count):
+            r = self.get("/x")
+            self.assertEqual(r.status, 200, r)
+            self.assertEqual(r.json()["server"], name)
+
     def baseline_fds(self):
         """Descriptors rpx holds besides pooled upstream connections, after a first request
         (some are opened on first use)."""
@@ -131,10 +138,7 @@ class RetryTest(IntegrationTestCase):
         self.start({"retry_on": "5xx", "num_retries": 1, "retry_host_predicate": PREVIOUS_HOSTS,
                     "host_selection_retry_max_attempts": 10}, upstreams=("bad", "good"))
         self.ups["bad"].fail = "503"
-        for _ in range(10):
-            r = self.get("/x")
-            self.assertEqual(r.status, 200, r)
-            self.assertEqual(r.json()["server"], "good")
+        self.assert_served_by("good", 10)
 
     def test_per_try_timeout_moves_on_from_a_stalled_host(self):
         self.start({"retry_on": "5xx", "num_retries": 2, "per_try_timeout": "0.5s",
@@ -142,10 +146,7 @@ class RetryTest(IntegrationTestCase):
                     "host_selection_retry_max_attempts": 10}, upstreams=("stuck", "good"))
         self.baseline_fds()
         self.ups["stuck"].fail = "stall"
-        for _ in range(4):
-            r = self.get("/x")
-            self.assertEqual(r.status, 200, r)
-            self.assertEqual(r.json()["server"], "good")
+        self.assert_served_by("good", 4)
         self.assertGreaterEqual(self.stat("upstream_rq_per_try_timeout"), 1)
         self.assert_no_leak()
         # No retry left: 504.
@@ -163,10 +164,7 @@ class RetryTest(IntegrationTestCase):
                     "retry_host_predicate": PREVIOUS_HOSTS,
                     "host_selection_retry_max_attempts": 10}, upstreams=("stuck", "good"))
         self.ups["stuck"].fail = "stall"
-        for _ in range(4):
-            r = self.get("/x")
-            self.assertEqual(r.status, 200, r)
-            self.assertEqual(r.json()["server"], "good")
+        self.assert_served_by("good", 4)
         self.assertGreaterEqual(self.stat("upstream_rq_per_try_timeout"), 1)
 
     def test_a_policy_pushed_over_xds_is_applied(self):
@@ -289,11 +287,9 @@ class RetryTest(IntegrationTestCase):
         ]
         for policy, want in cases:
             with self.subTest(want=want):
-                r = route("/", "c")
-                r["route"]["retry_policy"] = policy
-                self.assert_refused(bootstrap([http_listener("l", free_port(), [
-                    virtual_host("all", ["*"], [r])])], [cluster("c", free_port())]), want,
-                    "virtual_hosts[0].routes[0].route.retry_policy")
+                self.assert_cluster_refused({}, want,
+                                            "virtual_hosts[0].routes[0].route.retry_policy",
+                                            route_action={"retry_policy": policy})
 
 if __name__ == "__main__":
     unittest.main()

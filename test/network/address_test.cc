@@ -44,6 +44,20 @@ TEST(AddressTest, IpAndToString) {
   EXPECT_EQ(v6->ToString(), "[::1]:443");
 }
 
+// Equality is the address and port ToString shows, compared without formatting.
+TEST(AddressTest, EqualityIsFamilyAddressAndPort) {
+  auto a = *SocketAddress::FromIpPort("127.0.0.1", 80);
+  EXPECT_TRUE(a == *SocketAddress::FromIpPort("127.0.0.1", 80));
+  EXPECT_FALSE(a == *SocketAddress::FromIpPort("127.0.0.1", 81));
+  EXPECT_FALSE(a == *SocketAddress::FromIpPort("127.0.0.2", 80));
+  EXPECT_FALSE(a == *SocketAddress::FromIpPort("::ffff:127.0.0.1", 80));  // another family
+  auto b = *SocketAddress::FromIpPort("::1", 443);
+  EXPECT_TRUE(b == *SocketAddress::FromIpPort("0:0::1", 443));
+  EXPECT_FALSE(b == *SocketAddress::FromIpPort("::2", 443));
+  EXPECT_FALSE(b == *SocketAddress::FromIpPort("::1", 444));
+  EXPECT_TRUE(SocketAddress() == SocketAddress());
+}
+
 }  // namespace
 }  // namespace rpx
 
