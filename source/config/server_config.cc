@@ -60,12 +60,16 @@ uint64_t Ms(const google::protobuf::Duration& d) {
   return static_cast<uint64_t>(d.seconds()) * 1000 + d.nanos() / 1000000;
 }
 
-// ALPN offers (or accepts) only what rpx's codecs speak, HTTP/1.x for now: selecting h2 and then
-// speaking HTTP/1.1 would break every such peer, which instead falls back to HTTP/1.1.
-void KeepSpokenAlpn(TlsContextOptions* o) {
+// ALPN offers (or accepts) only what rpx's codecs speak there: h2 on a listener whose
+// connection manager takes HTTP/2 (AUTO or HTTP2), HTTP/1.x; upstream HTTP/1.1 only for now.
+// Selecting a protocol and then speaking another would break every such peer, which instead
+// falls back to what is left.
+void KeepSpokenAlpn(TlsContextOptions* o, bool h2 = false) {
   std::vector<std::string> spoken;
   for (const auto& p : o->alpn) {
-    if (p == "http/1.1" || (o->server && p == "http/1.0")) spoken.push_back(p);
+    if (p == "http/1.1" || (o->server && p == "http/1.0") || (h2 && p == "h2")) {
+      spoken.push_back(p);
+    }
   }
   o->alpn = std::move(spoken);
 }
@@ -86,7 +90,7 @@ std::shared_ptr<const TlsContext> BuildDownstreamTls(const FilterChainConfig& ch
   if (sds_fetch_timeout_ms) *sds_fetch_timeout_ms = secrets.fetch_timeout_ms;
   *missing = secrets.sds_missing;
   if (*missing) return nullptr;
-  KeepSpokenAlpn(&o);
+  KeepSpokenAlpn(&o, chain.http && chain.http->codec != HttpConfig::Codec::kHttp1);
   auto context = TlsContext::Create(o);
   if (!context.ok()) {
     errors->push_back(std::string(context.status().message()));
@@ -221,6 +225,8 @@ class Builder {
       const envoy::config::core::v3::TypedExtensionConfig& t, const std::string& path);
 
  private:
+  void BuildHttp2Options(const envoy::config::core::v3::Http2ProtocolOptions& o,
+                         const std::string& path, Http2Options* out);
   bool BuildHttp(const HttpConnectionManager& hcm, const std::string& path, uint32_t buffer_limit,
                  FilterChainConfig* lc);
   std::shared_ptr<const FilterChainConfig> BuildChain(const FilterChain& chain,
@@ -694,6 +700,55 @@ void Builder::BuildHosts(const envoy::config::endpoint::v3::ClusterLoadAssignmen
   }
 }
 
+void Builder::BuildHttp2Options(const envoy::config::core::v3::Http2ProtocolOptions& o,
+                                const std::string& path, Http2Options* out) {
+  // Envoy's bounds (its validation rules on these fields).
+  auto bounded = [&](bool has, uint32_t value, const char* field, uint32_t lo, uint32_t hi,
+                     uint32_t* dst) {
+    if (!has) return;
+    if (value < lo || value > hi) {
+      Error(absl::StrCat(path, ".", field), absl::StrCat("must be within [", lo, ", ", hi, "]"));
+      return;
+    }
+    *dst = value;
+  };
+  bounded(o.has_hpack_table_size(), o.hpack_table_size().value(), "hpack_table_size", 0,
+          UINT32_MAX, &out->hpack_table_size);
+  bounded(o.has_max_concurrent_streams(), o.max_concurrent_streams().value(),
+          "max_concurrent_streams", 1, 2147483647, &out->max_concurrent_streams);
+  bounded(o.has_initial_stream_window_size(), o.initial_stream_window_size().value(),
+          "initial_stream_window_size", 65535, 2147483647, &out->initial_stream_window_size);
+  bounded(o.has_initial_connection_window_size(), o.initial_connection_window_size().value(),
+          "initial_connection_window_size", 65535, 2147483647,
+          &out->initial_connection_window_size);
+  bounded(o.has_max_outbound_frames(), o.max_outbound_frames().value(), "max_outbound_frames", 1,
+          UINT32_MAX, &out->max_outbound_frames);
+  bounded(o.has_max_outbound_control_frames(), o.max_outbound_control_frames().value(),
+          "max_outbound_control_frames", 1, UINT32_MAX, &out->max_outbound_control_frames);
+  bounded(o.has_max_consecutive_inbound_frames_with_empty_payload(),
+          o.max_consecutive_inbound_frames_with_empty_payload().value(),
+          "max_consecutive_inbound_frames_with_empty_payload", 0, UINT32_MAX,
+          &out->max_consecutive_inbound_frames_with_empty_payload);
+  bounded(o.has_max_inbound_priority_frames_per_stream(),
+          o.max_inbound_priority_frames_per_stream().value(),
+          "max_inbound_priority_frames_per_stream", 0, UINT32_MAX,
+          &out->max_inbound_priority_frames_per_stream);
+  bounded(o.has_max_inbound_window_update_frames_per_data_frame_sent(),
+          o.max_inbound_window_update_frames_per_data_frame_sent().value(),
+          "max_inbound_window_update_frames_per_data_frame_sent", 1, UINT32_MAX,
+          &out->max_inbound_window_update_frames_per_data_frame_sent);
+  if (o.has_override_stream_error_on_invalid_http_message()) {
+    out->stream_error_on_invalid_http_message =
+        o.override_stream_error_on_invalid_http_message().value();
+  } else if (o.stream_error_on_invalid_http_messaging()) {
+    out->stream_error_on_invalid_http_message = true;
+  }
+  if (o.allow_connect()) {
+    Error(path + ".allow_connect", "CONNECT over HTTP/2 (extended CONNECT) is not supported");
+  }
+  if (o.allow_metadata()) Error(path + ".allow_metadata", "METADATA frames are not supported");
+}
+
 bool Builder::BuildHttp(const HttpConnectionManager& hcm, const std::string& path,
                         uint32_t buffer_limit, FilterChainConfig* lc) {
   size_t errors_before = errors_->size();
@@ -702,9 +757,22 @@ bool Builder::BuildHttp(const HttpConnectionManager& hcm, const std::string& pat
   http->stat_prefix = hcm.stat_prefix();
   if (hcm.stat_prefix().empty()) Error(path + ".stat_prefix", "is required");
   using HCM = HttpConnectionManager;
-  if (hcm.codec_type() != HCM::AUTO && hcm.codec_type() != HCM::HTTP1) {
-    Error(path + ".codec_type",
-          "only AUTO and HTTP1 are supported (HTTP/2 is not implemented yet)");
+  switch (hcm.codec_type()) {
+    case HCM::AUTO:
+      http->codec = HttpConfig::Codec::kAuto;
+      break;
+    case HCM::HTTP1:
+      http->codec = HttpConfig::Codec::kHttp1;
+      break;
+    case HCM::HTTP2:
+      http->codec = HttpConfig::Codec::kHttp2;
+      break;
+    default:
+      Error(path + ".codec_type", "only AUTO, HTTP1 and HTTP2 are supported (not HTTP3)");
+  }
+  if (hcm.has_http2_protocol_options()) {
+    BuildHttp2Options(hcm.http2_protocol_options(), path + ".http2_protocol_options",
+                      &http->http2);
   }
   if (hcm.http_filters_size() == 0) {
     Error(path + ".http_filters", "the router filter (envoy.filters.http.router) is required");
@@ -1345,13 +1413,6 @@ std::shared_ptr<const FilterChainConfig> Builder::BuildChain(const FilterChain& 
   auto fc = std::make_shared<FilterChainConfig>();
   fc->name = chain.name().empty() ? cp : chain.name();
   BuildMatch(chain.filter_chain_match(), cp + ".filter_chain_match", &fc->match);
-  if (chain.has_transport_socket()) {
-    DownstreamTransport(chain.transport_socket(), cp + ".transport_socket", fc.get());
-  }
-  if (fc->tls) fc->handshake_timeout_ms = kDefaultHandshakeTimeoutMs;
-  if (chain.has_transport_socket_connect_timeout()) {
-    fc->handshake_timeout_ms = Ms(chain.transport_socket_connect_timeout());
-  }
   if (chain.filters_size() == 0) {
     Error(cp + ".filters", "the http_connection_manager filter is required");
     return nullptr;
@@ -1402,8 +1463,16 @@ std::shared_ptr<const FilterChainConfig> Builder::BuildChain(const FilterChain& 
     Error(fp + ".typed_config", "cannot decode the HttpConnectionManager");
     return nullptr;
   }
-  if (!BuildHttp(hcm, fp + ".typed_config", lc.buffer_limit, fc.get())) return nullptr;
-  if (errors_->size() != errors_before) return nullptr;
+  bool http_ok = BuildHttp(hcm, fp + ".typed_config", lc.buffer_limit, fc.get());
+  // After the connection manager: its codec_type decides whether ALPN may pick h2.
+  if (chain.has_transport_socket()) {
+    DownstreamTransport(chain.transport_socket(), cp + ".transport_socket", fc.get());
+  }
+  if (fc->tls) fc->handshake_timeout_ms = kDefaultHandshakeTimeoutMs;
+  if (chain.has_transport_socket_connect_timeout()) {
+    fc->handshake_timeout_ms = Ms(chain.transport_socket_connect_timeout());
+  }
+  if (!http_ok || errors_->size() != errors_before) return nullptr;
   return fc;
 }
 

@@ -49,6 +49,19 @@ const std::set<std::string>& Supported() {
       "envoy.config.core.v3.GrpcService.timeout",
       "envoy.config.core.v3.GrpcService.EnvoyGrpc.cluster_name",
       "envoy.config.core.v3.Http2ProtocolOptions.max_concurrent_streams",
+      "envoy.config.core.v3.Http2ProtocolOptions.hpack_table_size",
+      "envoy.config.core.v3.Http2ProtocolOptions.max_outbound_frames",
+      "envoy.config.core.v3.Http2ProtocolOptions.max_outbound_control_frames",
+      "envoy.config.core.v3.Http2ProtocolOptions.max_consecutive_inbound_frames_with_empty_payload",
+      "envoy.config.core.v3.Http2ProtocolOptions.max_inbound_priority_frames_per_stream",
+      "envoy.config.core.v3.Http2ProtocolOptions."
+      "max_inbound_window_update_frames_per_data_frame_sent",
+      "envoy.config.core.v3.Http2ProtocolOptions.stream_error_on_invalid_http_messaging",
+      "envoy.config.core.v3.Http2ProtocolOptions.override_stream_error_on_invalid_http_message",
+      "envoy.config.core.v3.Http2ProtocolOptions.allow_connect",
+      "envoy.config.core.v3.Http2ProtocolOptions.allow_metadata",
+      "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager."
+      "http2_protocol_options",
       "envoy.config.core.v3.Http2ProtocolOptions.initial_stream_window_size",
       "envoy.config.core.v3.Http2ProtocolOptions.initial_connection_window_size",
       "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager.rds",
@@ -620,8 +633,6 @@ const std::set<std::string>& Ignorable() {
       "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager."
       "xff_num_trusted_hops",
       "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager.via",
-      "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager."
-      "http2_protocol_options",
       "envoy.config.core.v3.HttpProtocolOptions.headers_with_underscores_action",
       "envoy.config.core.v3.Node.client_features",
   };

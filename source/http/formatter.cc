@@ -400,7 +400,9 @@ Value Evaluate(const Formatter::Segment& s, const FormatContext& ctx, std::strin
       return Value::kString;
     case Op::kProtocol:
       if (!ctx.request) return Value::kMissing;
-      out->append(ctx.request->version_minor == 0 ? "HTTP/1.0" : "HTTP/1.1");
+      out->append(ctx.request->version_major == 2   ? "HTTP/2"
+                  : ctx.request->version_minor == 0 ? "HTTP/1.0"
+                                                    : "HTTP/1.1");
       return Value::kString;
     case Op::kRequestedServerName: {
       if (!ctx.downstream) return Value::kMissing;

@@ -138,6 +138,7 @@ void RequestHead::Clear() {
   path.clear();
   host.clear();
   version_minor = 1;
+  version_major = 1;
   headers.Clear();
   keep_alive = true;
   chunked = false;

@@ -154,6 +154,8 @@ struct RequestHead {
   std::string path;  // request-target as received (origin-form, or absolute-form)
   std::string host;  // :authority: the Host header, or the authority of an absolute-form target
   int version_minor = 1;  // HTTP/1.x
+  int version_major = 1;  // 2: the request came over HTTP/2 (a body without Content-Length
+                          // then says chunked: its length is known only at its end)
   HeaderMap headers;
   bool keep_alive = true;
   bool chunked = false;

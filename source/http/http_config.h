@@ -35,11 +35,60 @@ struct alignas(64) HttpStats {
   Gauge downstream_cx_upgrades_active;
   Counter downstream_rq_ws_on_non_ws_route;  // upgrade refused (403): not enabled for the route
   Histogram downstream_rq_time;              // ms from the request head to the end of the response
+  // HTTP/2 (Envoy's http2.* under the connection manager's prefix).
+  Counter downstream_cx_http1_total;
+  Counter downstream_cx_http2_total;
+  Gauge downstream_cx_http2_active;
+  Counter http2_rx_reset;                 // RST_STREAM from the client
+  Counter http2_tx_reset;                 // RST_STREAM sent
+  Counter http2_goaway_sent;              // GOAWAY sent (drain, shutdown, or a connection error)
+  Counter http2_header_overflow;          // a header list over max_request_headers_kb / count
+  Counter http2_rx_messaging_error;       // a malformed request: the stream was reset
+  Counter http2_inbound_empty_frames_flood;
+  Counter http2_inbound_priority_frames_flood;
+  Counter http2_inbound_window_update_frames_flood;
+  Counter http2_outbound_flood;           // max_outbound_frames: the client does not read
+  Counter http2_outbound_control_flood;   // max_outbound_control_frames
+  Counter http2_streams_active_limit;     // a new stream beyond max_concurrent_streams (refused)
+  void CountStatus(int status) {
+    if (status < 200) {
+      downstream_rq_1xx.Inc();
+    } else if (status < 300) {
+      downstream_rq_2xx.Inc();
+    } else if (status < 400) {
+      downstream_rq_3xx.Inc();
+    } else if (status < 500) {
+      downstream_rq_4xx.Inc();
+    } else {
+      downstream_rq_5xx.Inc();
+    }
+  }
+};
+
+// http2_protocol_options of a connection manager, with Envoy's defaults.
+struct Http2Options {
+  uint32_t hpack_table_size = 4096;
+  uint32_t max_concurrent_streams = 2147483647;
+  uint32_t initial_stream_window_size = 268435456;      // 256 MiB
+  uint32_t initial_connection_window_size = 268435456;  // 256 MiB
+  uint32_t max_outbound_frames = 10000;
+  uint32_t max_outbound_control_frames = 1000;
+  uint32_t max_consecutive_inbound_frames_with_empty_payload = 1;
+  uint32_t max_inbound_priority_frames_per_stream = 100;
+  uint32_t max_inbound_window_update_frames_per_data_frame_sent = 10;
+  // A malformed request resets only its stream (true) or ends the connection (false, Envoy's
+  // default).
+  bool stream_error_on_invalid_http_message = false;
 };
 
 struct HttpConfig {
   enum class ServerHeader { kOverwrite, kAppendIfAbsent, kPassThrough };
+  // codec_type: AUTO speaks HTTP/2 to a client that opens with its connection preface (or picks
+  // h2 by ALPN), HTTP/1.1 to the others; HTTP1 and HTTP2 speak only that.
+  enum class Codec { kAuto, kHttp1, kHttp2 };
   std::string stat_prefix;
+  Codec codec = Codec::kAuto;
+  Http2Options http2;
   uint64_t stream_idle_timeout_ms = 300 * 1000;  // Envoy's default: 5 minutes
   uint64_t request_timeout_ms = 0;               // 0: disabled
   uint64_t request_headers_timeout_ms = 0;       // 0: disabled

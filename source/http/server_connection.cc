@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "source/common/assert.h"
 #include "source/common/free_blocks.h"
 #include "source/common/logger.h"
 
@@ -72,7 +73,8 @@ ServerConnection::ServerConnection(std::unique_ptr<Connection> conn,
       upstream_backpressure_(false),
       drain_(false),
       stream_was_active_at_close_(false),
-      upgraded_(false) {
+      upgraded_(false),
+      preface_checked_(config_->codec == HttpConfig::Codec::kHttp1) {
   if (peer.family() == AF_INET) {
     peer_family_ = AF_INET;
     memcpy(peer_addr_, &reinterpret_cast<const sockaddr_in*>(&peer.storage)->sin_addr, 4);
@@ -93,6 +95,24 @@ std::string ServerConnection::remote_ip() const {
   char buf[INET6_ADDRSTRLEN] = {0};
   if (peer_family_ != 0) inet_ntop(peer_family_, peer_addr_, buf, sizeof(buf));
   return buf;
+}
+
+SocketAddress ServerConnection::peer_address() const {
+  SocketAddress a;
+  if (peer_family_ == AF_INET) {
+    auto* sin = reinterpret_cast<sockaddr_in*>(&a.storage);
+    sin->sin_family = AF_INET;
+    memcpy(&sin->sin_addr, peer_addr_, 4);
+    sin->sin_port = htons(peer_port_);
+    a.len = sizeof(sockaddr_in);
+  } else if (peer_family_ == AF_INET6) {
+    auto* sin6 = reinterpret_cast<sockaddr_in6*>(&a.storage);
+    sin6->sin6_family = AF_INET6;
+    memcpy(&sin6->sin6_addr, peer_addr_, 16);
+    sin6->sin6_port = htons(peer_port_);
+    a.len = sizeof(sockaddr_in6);
+  }
+  return a;
 }
 
 std::string ServerConnection::remote_address() const {
@@ -200,7 +220,32 @@ ServerConnection::~ServerConnection() {
   Connection::Release(std::move(conn_));
 }
 
-void ServerConnection::OnData(Buffer&) {
+std::unique_ptr<Connection> ServerConnection::TakeConnection() {
+  RPX_ASSERT(!stream_active_ && requests_ == 0 && !closed_);
+  closed_ = true;
+  stats_.downstream_cx_active.Dec();
+  timer_.Disable();
+  conn_->SetCallbacks(nullptr);
+  return std::move(conn_);
+}
+
+namespace {
+constexpr std::string_view kHttp2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+}  // namespace
+
+void ServerConnection::OnData(Buffer& in) {
+  if (!preface_checked_) {
+    // Only a connection's first bytes can open HTTP/2 (prior knowledge, RFC 9113 3.3).
+    size_t n = std::min(in.size(), kHttp2Preface.size());
+    if (std::string_view(in.data(), n) != kHttp2Preface.substr(0, n)) {
+      preface_checked_ = true;
+    } else if (n < kHttp2Preface.size()) {
+      return;  // maybe the preface: wait for the rest
+    } else {
+      preface_checked_ = true;
+      if (SwitchToHttp2()) return;
+    }
+  }
   if (!stream_active_ && config_->request_headers_timeout_ms &&
       !(parser_ && parser_->in_message())) {
     timer_.Enable(config_->request_headers_timeout_ms);
@@ -343,7 +388,7 @@ void ServerConnection::EncodeHeaders(ResponseHead& head, bool end_stream) {
       return;
     }
     response_started_ = true;
-    CountStatus(101);
+    stats_.CountStatus(101);
     info().response_code = 101;
     upgraded_ = true;
     stats_.downstream_cx_upgrades_total.Inc();
@@ -360,7 +405,7 @@ void ServerConnection::EncodeHeaders(ResponseHead& head, bool end_stream) {
     return;
   }
   response_started_ = true;
-  CountStatus(head.status);
+  stats_.CountStatus(head.status);
   info().response_code = head.status;
   if (config_->record_response_headers) {
     info().response_headers = std::make_unique<HeaderMap>(head.headers);
@@ -487,7 +532,7 @@ void ServerConnection::SendLocalReply(int status, std::string_view body,
   if (response_no_body_) head.content_length = body.size();  // HEAD: the length a GET would get
   if (!had_stream) {
     response_started_ = true;
-    CountStatus(status);
+    stats_.CountStatus(status);
     Buffer& out = conn_->write_buffer();
     AppendStatusLine(out, status, "");
     AppendHeaders(out, head.headers);
@@ -513,20 +558,6 @@ void ServerConnection::ResumeSoon() {
   // its pool before the next request looks for one.
   if (!resume_timer_) resume_timer_ = conn_->dispatcher().CreateTimer([this] { ProcessInput(); });
   resume_timer_->Enable(0);
-}
-
-void ServerConnection::CountStatus(int status) {
-  if (status < 200) {
-    stats_.downstream_rq_1xx.Inc();
-  } else if (status < 300) {
-    stats_.downstream_rq_2xx.Inc();
-  } else if (status < 400) {
-    stats_.downstream_rq_3xx.Inc();
-  } else if (status < 500) {
-    stats_.downstream_rq_4xx.Inc();
-  } else {
-    stats_.downstream_rq_5xx.Inc();
-  }
 }
 
 void ServerConnection::EndUpgrade() {
@@ -699,6 +730,11 @@ bool ServerConnection::peer_certificate_validated() const {
 void ServerConnection::OnEvent(ConnectionEvent event) {
   if (event == ConnectionEvent::kConnected) {
     OnTransportConnected();
+    if (!conn_->plaintext() && config_->codec != HttpConfig::Codec::kHttp1 &&
+        static_cast<const TlsTransport&>(conn_->transport()).alpn() == "h2") {
+      preface_checked_ = true;
+      SwitchToHttp2();
+    }
     return;
   }
   if (event == ConnectionEvent::kRemoteClose || event == ConnectionEvent::kLocalClose) {

@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "source/http/downstream_connection.h"
 #include "source/http/headers.h"
 #include "source/http/http1_parser.h"
 #include "source/http/http_config.h"
@@ -19,10 +20,9 @@
 
 namespace rpx {
 
-class ServerConnection : public ConnectionCallbacks,
+class ServerConnection : public DownstreamConnection,
                          public Http1ParserCallbacks,
-                         public ResponseEncoder,
-                         public DeferredDeletable {
+                         public ResponseEncoder {
  public:
   ServerConnection(std::unique_ptr<Connection> conn, std::shared_ptr<const HttpConfig> config,
                    HttpStats& stats, StreamHandlerFactory& factory, const SocketAddress& peer);
@@ -31,9 +31,10 @@ class ServerConnection : public ConnectionCallbacks,
   // Closes after the stream in flight, or when idle: a keep-alive connection between requests
   // with none waiting unread is closed after kDrainIdleGraceMs unless a request comes (which is
   // answered with Connection: close). Used for drain.
-  void CloseWhenIdle();
+  void CloseWhenIdle() override;
   static constexpr uint64_t kDrainIdleGraceMs = 1000;
-  bool draining() const { return drain_; }
+  bool draining() const override { return drain_; }
+  void CloseNow() override { ResetStream(); }
 
   // ConnectionCallbacks
   void OnData(Buffer& in) override;
@@ -72,11 +73,20 @@ class ServerConnection : public ConnectionCallbacks,
   }
 
  protected:
-  // Runs once when the connection closes (the owner then defer-deletes it); not on destruction.
-  virtual void OnClosed() {}
-  // The transport's handshake (TLS) is done.
-  virtual void OnTransportConnected() {}
   Connection& connection() { return *conn_; }
+  // The client speaks HTTP/2 (its first bytes are the connection preface, or ALPN chose h2) and
+  // the connection manager allows it: the owner may replace this object with an HTTP/2 one,
+  // taking the connection (TakeConnection; the preface stays in its read buffer), and returns
+  // true; this object must not be touched after that. False: stay on HTTP/1 (the preface is then
+  // a bad request).
+  virtual bool SwitchToHttp2() { return false; }
+  // Hands the connection (no stream has started on it) to a new owner, without closing it.
+  std::unique_ptr<Connection> TakeConnection();
+  // What an HTTP/2 successor needs to serve the same client the same way.
+  const std::shared_ptr<const HttpConfig>& http_config() const { return config_; }
+  HttpStats& stats() { return stats_; }
+  StreamHandlerFactory& factory() { return factory_; }
+  SocketAddress peer_address() const;
 
  private:
   void OnTimer();
@@ -85,7 +95,6 @@ class ServerConnection : public ConnectionCallbacks,
   void EndStream();
   void Close(bool flush);
   void OnStreamIdleTimeout();
-  void CountStatus(int status);
   void UpdateReadDisable();
   void EndUpgrade();
   Http1Parser& parser();  // created when a request starts
@@ -138,6 +147,7 @@ class ServerConnection : public ConnectionCallbacks,
   bool drain_ : 1;
   bool stream_was_active_at_close_ : 1;
   bool upgraded_ : 1;  // a 101 went out: the connection is a byte tunnel now
+  bool preface_checked_ : 1;  // the first bytes were checked for HTTP/2's preface
 };
 
 }  // namespace rpx

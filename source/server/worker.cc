@@ -76,7 +76,7 @@ void Worker::AddListenerNow(std::shared_ptr<const ListenerConfig> config, int fd
     }
     it->second->listener.reset();
     EndInspections(*it->second);
-    std::vector<ServerConnection*> open = it->second->connections.Snapshot();
+    std::vector<DownstreamConnection*> open = it->second->connections.Snapshot();
     if (!open.empty()) {
       ActiveListener* raw_old = it->second.get();
       raw_old->drain_timer = dispatcher_.CreateTimer([this, raw_old] { FinishDrain(raw_old); });
@@ -110,7 +110,7 @@ void Worker::RemoveListener(const std::string& name, uint64_t drain_ms) {
     listeners_.erase(it);
     l->listener.reset();  // stop accepting; the socket closes
     EndInspections(*l);
-    std::vector<ServerConnection*> open = l->connections.Snapshot();
+    std::vector<DownstreamConnection*> open = l->connections.Snapshot();
     ActiveListener* raw = l.get();
     if (!open.empty()) {
       l->drain_timer = dispatcher_.CreateTimer([this, raw] { FinishDrain(raw); });
@@ -124,8 +124,8 @@ void Worker::RemoveListener(const std::string& name, uint64_t drain_ms) {
 
 void Worker::FinishDrain(ActiveListener* l) {
   // Connections still open after the drain time are closed.
-  std::vector<ServerConnection*> open = l->connections.Snapshot();
-  for (auto* c : open) c->ResetStream();
+  std::vector<DownstreamConnection*> open = l->connections.Snapshot();
+  for (auto* c : open) c->CloseNow();
 }
 
 namespace {
@@ -202,7 +202,17 @@ void Worker::Serve(ActiveListener& l, int fd, const SocketAddress& peer, int cha
   auto conn = std::make_unique<Connection>(dispatcher_, fd, false, c.buffer_limit,
                                            /*nodelay_set=*/true);
   if (fc.tls) conn->SetTransport(std::make_unique<TlsTransport>(fc.tls), fc.handshake_timeout_ms);
-  l.connections.Add(new OpenConnection(l, chain, std::move(slot), std::move(conn), peer));
+  const auto& http = fc.http;
+  if (http->codec == HttpConfig::Codec::kHttp2 && !fc.tls) {
+    auto* h2 = new Http2Connection(l, std::move(slot), std::move(conn), http, StatsFor(*http),
+                                   *l.routers[chain], peer, false);
+    l.connections.Add(h2);
+    h2->Start();
+  } else {
+    // AUTO starts on HTTP/1 and switches on the client's preface or on ALPN h2 (as does HTTP2
+    // over TLS, whose ALPN is known only after the handshake).
+    l.connections.Add(new Http1Connection(l, chain, std::move(slot), std::move(conn), peer));
+  }
   open_connections_.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -297,42 +307,65 @@ void Worker::Inspection::Finish(const ClientHelloInfo* hello) {
   dispatcher_.DeferredDelete(std::unique_ptr<DeferredDeletable>(this));
 }
 
-Worker::OpenConnection::OpenConnection(ActiveListener& listener, size_t chain, LimitSlot slot,
-                                       std::unique_ptr<Connection> conn, const SocketAddress& peer)
+Worker::Http1Connection::Http1Connection(ActiveListener& listener, size_t chain, LimitSlot slot,
+                                         std::unique_ptr<Connection> conn,
+                                         const SocketAddress& peer)
     : ServerConnection(std::move(conn), listener.config->chains[chain]->http,
                        listener.worker->StatsFor(*listener.config->chains[chain]->http),
                        *listener.routers[chain], peer),
-      listener_(listener),
-      slot_(std::move(slot)) {}
+      ConnectionEntry(listener, std::move(slot)) {}
 
-void Worker::OpenConnection::OnTransportConnected() {
-  if (connection().plaintext()) return;
-  auto& tls = static_cast<TlsTransport&>(connection().transport());
+bool Worker::Http1Connection::SwitchToHttp2() {
+  ActiveListener& l = listener_;
+  std::shared_ptr<const HttpConfig> config = http_config();
+  HttpStats& st = stats();
+  StreamHandlerFactory& f = factory();
+  SocketAddress peer = peer_address();
+  // The new connection takes this one's place in the list (and its limit slot); this object
+  // goes without running OnClosed: the client's connection did not close.
+  l.connections.Remove(this);
+  std::unique_ptr<Connection> conn = TakeConnection();
+  Dispatcher& d = conn->dispatcher();
+  auto* h2 = new Http2Connection(l, std::move(slot_), std::move(conn), std::move(config), st, f,
+                                 peer, /*counted=*/true);
+  l.connections.Add(h2);
+  d.DeferredDelete(std::unique_ptr<DeferredDeletable>(static_cast<ServerConnection*>(this)));
+  h2->Start();  // the preface and what followed it are in the connection's read buffer
+  return true;
+}
+
+void Worker::ConnectionEntry::CountHandshake(Connection& conn) {
+  if (conn.plaintext()) return;
+  auto& tls = static_cast<TlsTransport&>(conn.transport());
   ListenerStats& st = listener_.worker->StatsFor(*listener_.config);
   st.ssl_handshake.Inc();
   if (tls.session_reused()) st.ssl_session_reused.Inc();
   if (!tls.has_peer_certificate()) st.ssl_no_certificate.Inc();
 }
 
-void Worker::OpenConnection::OnClosed() {
+void Worker::ConnectionEntry::Closed(Connection& conn) {
   ActiveListener* l = &listener_;
   Worker* w = l->worker;
-  if (connection().handshaking()) {
+  if (conn.handshaking()) {
     ListenerStats& st = w->StatsFor(*l->config);
-    if (connection().handshake_timed_out()) {
+    if (conn.handshake_timed_out()) {
       st.ssl_handshake_timeout.Inc();
     } else {
       st.ssl_connection_error.Inc();
     }
-    RPX_LOG(kDebug, "listener '%s': TLS handshake with %s failed: %s", l->config->name, remote_ip(),
-            connection().handshake_timed_out() ? std::string("timed out")
-                                               : connection().transport().FailureReason());
+    sockaddr_storage peer{};
+    socklen_t len = sizeof(peer);
+    if (::getpeername(conn.fd(), reinterpret_cast<sockaddr*>(&peer), &len) != 0) len = 0;
+    RPX_LOG(kDebug, "listener '%s': TLS handshake with %s failed: %s", l->config->name,
+            SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&peer), len).ToString(),
+            conn.handshake_timed_out() ? std::string("timed out")
+                                       : conn.transport().FailureReason());
   }
   l->connections.Remove(this);
   w->open_connections_.fetch_sub(1, std::memory_order_relaxed);
   if (w->global_connections_) w->global_connections_->Release();
   slot_ = LimitSlot();  // the listener's limit counts open connections, not unfreed memory
-  w->dispatcher_.DeferredDelete(std::unique_ptr<DeferredDeletable>(this));
+  w->dispatcher_.DeferredDelete(std::unique_ptr<DeferredDeletable>(&downstream()));
   // A draining listener with no connections left is freed (after this callback returns).
   if (l->connections.empty() && !l->listener) {
     w->dispatcher_.Post([w, l] { w->FreeDrained(l); });
@@ -341,20 +374,20 @@ void Worker::OpenConnection::OnClosed() {
 
 Worker::ConnectionList::~ConnectionList() {
   while (head_ != nullptr) {
-    OpenConnection* c = head_;
+    ConnectionEntry* c = head_;
     head_ = c->next;
     delete c;
   }
 }
 
-void Worker::ConnectionList::Add(OpenConnection* c) {
+void Worker::ConnectionList::Add(ConnectionEntry* c) {
   c->prev = nullptr;
   c->next = head_;
   if (head_ != nullptr) head_->prev = c;
   head_ = c;
 }
 
-void Worker::ConnectionList::Remove(OpenConnection* c) {
+void Worker::ConnectionList::Remove(ConnectionEntry* c) {
   if (c->prev != nullptr) {
     c->prev->next = c->next;
   } else if (head_ == c) {
@@ -366,9 +399,9 @@ void Worker::ConnectionList::Remove(OpenConnection* c) {
   c->prev = c->next = nullptr;
 }
 
-std::vector<ServerConnection*> Worker::ConnectionList::Snapshot() const {
-  std::vector<ServerConnection*> out;
-  for (OpenConnection* c = head_; c != nullptr; c = c->next) out.push_back(c);
+std::vector<DownstreamConnection*> Worker::ConnectionList::Snapshot() const {
+  std::vector<DownstreamConnection*> out;
+  for (ConnectionEntry* c = head_; c != nullptr; c = c->next) out.push_back(&c->downstream());
   return out;
 }
 
@@ -437,23 +470,23 @@ void Worker::Drain(uint64_t drain_ms, bool gradual, bool inbound_only) {
 }
 
 size_t Worker::DrainSome(size_t n, bool inbound_only) {
-  std::vector<ServerConnection*> pick;
+  std::vector<DownstreamConnection*> pick;
   for (auto& [name, l] : listeners_) {
     if (inbound_only && !l->config->inbound) continue;
-    for (ServerConnection* c : l->connections.Snapshot()) {
+    for (DownstreamConnection* c : l->connections.Snapshot()) {
       if (pick.size() >= n) break;
       if (!c->draining()) pick.push_back(c);
     }
   }
   for (auto& l : draining_) {
     if (inbound_only && !l->config->inbound) continue;
-    for (ServerConnection* c : l->connections.Snapshot()) {
+    for (DownstreamConnection* c : l->connections.Snapshot()) {
       if (pick.size() >= n) break;
       if (!c->draining()) pick.push_back(c);
     }
   }
   // Closing an idle connection edits the lists: close from the copy.
-  for (ServerConnection* c : pick) c->CloseWhenIdle();
+  for (DownstreamConnection* c : pick) c->CloseWhenIdle();
   return pick.size();
 }
 

@@ -18,6 +18,7 @@
 #include "source/common/random.h"
 #include "source/config/server_config.h"
 #include "source/event/dispatcher.h"
+#include "source/http/http2_server_connection.h"
 #include "source/http/server_connection.h"
 #include "source/network/listener.h"
 #include "source/network/tls_inspector.h"
@@ -86,22 +87,50 @@ class Worker {
     std::shared_ptr<const ConnectionLimit> limit_;
   };
   struct ActiveListener;
-  // A downstream connection and the worker's bookkeeping for it in one allocation: an idle
-  // keep-alive connection costs this and its Connection, no table slot or callback.
-  class OpenConnection final : public ServerConnection {
+  // The worker's bookkeeping for one downstream connection, whichever codec serves it: the links
+  // of its listener's list and its limit slot. It lives in the same allocation as the connection
+  // (an idle keep-alive connection costs that and its Connection, no table slot or callback).
+  class ConnectionEntry {
    public:
-    OpenConnection(ActiveListener& listener, size_t chain, LimitSlot slot,
-                   std::unique_ptr<Connection> conn, const SocketAddress& peer);
-    OpenConnection* prev = nullptr;  // links of the listener's ConnectionList
-    OpenConnection* next = nullptr;
+    ConnectionEntry(ActiveListener& listener, LimitSlot slot)
+        : listener_(listener), slot_(std::move(slot)) {}
+    virtual ~ConnectionEntry() = default;
+    virtual DownstreamConnection& downstream() = 0;
+    ConnectionEntry* prev = nullptr;  // links of the listener's ConnectionList
+    ConnectionEntry* next = nullptr;
 
-   private:
+   protected:
     // Counts the TLS handshake in the listener's stats.
-    void OnTransportConnected() override;
-    // Unlinks, gives the limit slot back and defer-deletes itself.
-    void OnClosed() override;
+    void CountHandshake(Connection& conn);
+    // Unlinks, gives the limit slot back and defer-deletes the connection.
+    void Closed(Connection& conn);
     ActiveListener& listener_;
     LimitSlot slot_;
+  };
+  class Http1Connection final : public ServerConnection, public ConnectionEntry {
+   public:
+    Http1Connection(ActiveListener& listener, size_t chain, LimitSlot slot,
+                    std::unique_ptr<Connection> conn, const SocketAddress& peer);
+    DownstreamConnection& downstream() override { return *this; }
+
+   private:
+    void OnTransportConnected() override { CountHandshake(connection()); }
+    void OnClosed() override { Closed(connection()); }
+    // Replaces this connection with an Http2Connection serving the same client.
+    bool SwitchToHttp2() override;
+  };
+  class Http2Connection final : public Http2ServerConnection, public ConnectionEntry {
+   public:
+    Http2Connection(ActiveListener& listener, LimitSlot slot, std::unique_ptr<Connection> conn,
+                    std::shared_ptr<const HttpConfig> config, HttpStats& stats,
+                    StreamHandlerFactory& factory, const SocketAddress& peer, bool counted)
+        : Http2ServerConnection(std::move(conn), std::move(config), stats, factory, peer, counted),
+          ConnectionEntry(listener, std::move(slot)) {}
+    DownstreamConnection& downstream() override { return *this; }
+
+   private:
+    void OnTransportConnected() override { CountHandshake(connection()); }
+    void OnClosed() override { Closed(connection()); }
   };
   // An accepted connection whose ClientHello is being read (tls_inspector) before its filter
   // chain is chosen; nothing is consumed from the socket. Owned by its listener's list.
@@ -135,14 +164,14 @@ class Worker {
     ConnectionList(const ConnectionList&) = delete;
     ConnectionList& operator=(const ConnectionList&) = delete;
     ~ConnectionList();
-    void Add(OpenConnection* c);
-    void Remove(OpenConnection* c);  // the caller owns `c` again
+    void Add(ConnectionEntry* c);
+    void Remove(ConnectionEntry* c);  // the caller owns `c` again
     bool empty() const { return head_ == nullptr; }
     // A copy to iterate while closing them (closing one removes it).
-    std::vector<ServerConnection*> Snapshot() const;
+    std::vector<DownstreamConnection*> Snapshot() const;
 
    private:
-    OpenConnection* head_ = nullptr;
+    ConnectionEntry* head_ = nullptr;
   };
   struct ActiveListener {
     ~ActiveListener();
