@@ -712,8 +712,8 @@ void Builder::BuildHttp2Options(const envoy::config::core::v3::Http2ProtocolOpti
     }
     *dst = value;
   };
-  bounded(o.has_hpack_table_size(), o.hpack_table_size().value(), "hpack_table_size", 0,
-          UINT32_MAX, &out->hpack_table_size);
+  bounded(o.has_hpack_table_size(), o.hpack_table_size().value(), "hpack_table_size", 0, UINT32_MAX,
+          &out->hpack_table_size);
   bounded(o.has_max_concurrent_streams(), o.max_concurrent_streams().value(),
           "max_concurrent_streams", 1, 2147483647, &out->max_concurrent_streams);
   bounded(o.has_initial_stream_window_size(), o.initial_stream_window_size().value(),
@@ -771,8 +771,7 @@ bool Builder::BuildHttp(const HttpConnectionManager& hcm, const std::string& pat
       Error(path + ".codec_type", "only AUTO, HTTP1 and HTTP2 are supported (not HTTP3)");
   }
   if (hcm.has_http2_protocol_options()) {
-    BuildHttp2Options(hcm.http2_protocol_options(), path + ".http2_protocol_options",
-                      &http->http2);
+    BuildHttp2Options(hcm.http2_protocol_options(), path + ".http2_protocol_options", &http->http2);
   }
   if (hcm.http_filters_size() == 0) {
     Error(path + ".http_filters", "the router filter (envoy.filters.http.router) is required");

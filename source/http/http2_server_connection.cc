@@ -146,8 +146,8 @@ struct Http2ServerConnection::Callbacks {
     return static_cast<ssize_t>(length);
   }
 
-  static int SendData(nghttp2_session*, nghttp2_frame* frame, const uint8_t* framehd,
-                      size_t length, nghttp2_data_source* source, void* user) {
+  static int SendData(nghttp2_session*, nghttp2_frame* frame, const uint8_t* framehd, size_t length,
+                      nghttp2_data_source* source, void* user) {
     auto* c = static_cast<Http2ServerConnection*>(user);
     if (c->conn_->above_high_watermark()) return NGHTTP2_ERR_WOULDBLOCK;
     RPX_ASSERT(frame->data.padlen == 0);
@@ -205,8 +205,8 @@ struct Http2ServerConnection::Callbacks {
   static bool CheckInboundFloods(Http2ServerConnection* c, const nghttp2_frame* frame) {
     const Http2Options& o = c->config_->http2;
     bool empty = frame->hd.length == 0 && !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM) &&
-                 (frame->hd.type == NGHTTP2_DATA ||
-                  (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_HEADERS));
+                 (frame->hd.type == NGHTTP2_DATA || (frame->hd.type == NGHTTP2_HEADERS &&
+                                                     frame->headers.cat == NGHTTP2_HCAT_HEADERS));
     if (frame->hd.type == NGHTTP2_DATA || frame->hd.type == NGHTTP2_HEADERS ||
         frame->hd.type == NGHTTP2_CONTINUATION) {
       c->consecutive_empty_frames_ = empty ? c->consecutive_empty_frames_ + 1 : 0;
@@ -229,8 +229,7 @@ struct Http2ServerConnection::Callbacks {
       ++c->inbound_window_update_frames_;
       if (c->inbound_window_update_frames_ >
           5 + 2 * (c->inbound_streams_ +
-                   static_cast<uint64_t>(
-                       o.max_inbound_window_update_frames_per_data_frame_sent) *
+                   static_cast<uint64_t>(o.max_inbound_window_update_frames_per_data_frame_sent) *
                        c->outbound_data_frames_)) {
         c->ConnectionError(NGHTTP2_ENHANCE_YOUR_CALM,
                            &c->stats_.http2_inbound_window_update_frames_flood);
@@ -427,8 +426,8 @@ void Http2ServerConnection::ConnectionError(uint32_t error, Counter* stat) {
 void Http2ServerConnection::OnData(Buffer& in) {
   if (closed_) return;
   in_recv_ = true;
-  ssize_t rv = nghttp2_session_mem_recv(session_, reinterpret_cast<const uint8_t*>(in.data()),
-                                        in.size());
+  ssize_t rv =
+      nghttp2_session_mem_recv(session_, reinterpret_cast<const uint8_t*>(in.data()), in.size());
   in_recv_ = false;
   if (closed_) return;
   in.Clear();
@@ -537,8 +536,7 @@ void Http2ServerConnection::Close(bool flush) {
     s->OnClose(NGHTTP2_CANCEL);
     StreamClosed(s);
   }
-  conn_->Close(flush ? Connection::CloseType::kFlushWrite : Connection::CloseType::kNoFlush,
-               false);
+  conn_->Close(flush ? Connection::CloseType::kFlushWrite : Connection::CloseType::kNoFlush, false);
   OnClosed();
 }
 
@@ -723,7 +721,8 @@ void Http2ServerConnection::Stream::EncodeHeaders(ResponseHead& head, bool end_s
   Http2ServerConnection& c = parent_;
   const HttpConfig& config = *c.config_;
   CountResponseStart(head.status);
-  if (config.record_response_headers) info_.response_headers = std::make_unique<HeaderMap>(head.headers);
+  if (config.record_response_headers)
+    info_.response_headers = std::make_unique<HeaderMap>(head.headers);
   char status[4];
   snprintf(status, sizeof(status), "%03d", head.status % 1000);
   std::string length;

@@ -36,20 +36,18 @@ struct alignas(64) HttpStats {
   Counter downstream_rq_ws_on_non_ws_route;  // upgrade refused (403): not enabled for the route
   Histogram downstream_rq_time;              // ms from the request head to the end of the response
   // HTTP/2 (Envoy's http2.* under the connection manager's prefix).
-  Counter downstream_cx_http1_total;
   Counter downstream_cx_http2_total;
   Gauge downstream_cx_http2_active;
-  Counter http2_rx_reset;                 // RST_STREAM from the client
-  Counter http2_tx_reset;                 // RST_STREAM sent
-  Counter http2_goaway_sent;              // GOAWAY sent (drain, shutdown, or a connection error)
-  Counter http2_header_overflow;          // a header list over max_request_headers_kb / count
-  Counter http2_rx_messaging_error;       // a malformed request: the stream was reset
+  Counter http2_rx_reset;            // RST_STREAM from the client
+  Counter http2_tx_reset;            // RST_STREAM sent
+  Counter http2_goaway_sent;         // GOAWAY sent (drain, shutdown, or a connection error)
+  Counter http2_header_overflow;     // a header list over max_request_headers_kb / count
+  Counter http2_rx_messaging_error;  // a malformed request: the stream was reset
   Counter http2_inbound_empty_frames_flood;
   Counter http2_inbound_priority_frames_flood;
   Counter http2_inbound_window_update_frames_flood;
-  Counter http2_outbound_flood;           // max_outbound_frames: the client does not read
-  Counter http2_outbound_control_flood;   // max_outbound_control_frames
-  Counter http2_streams_active_limit;     // a new stream beyond max_concurrent_streams (refused)
+  Counter http2_outbound_flood;          // max_outbound_frames: the client does not read
+  Counter http2_outbound_control_flood;  // max_outbound_control_frames
   void CountStatus(int status) {
     if (status < 200) {
       downstream_rq_1xx.Inc();

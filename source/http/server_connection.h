@@ -146,7 +146,7 @@ class ServerConnection : public DownstreamConnection,
   bool upstream_backpressure_ : 1;
   bool drain_ : 1;
   bool stream_was_active_at_close_ : 1;
-  bool upgraded_ : 1;  // a 101 went out: the connection is a byte tunnel now
+  bool upgraded_ : 1;         // a 101 went out: the connection is a byte tunnel now
   bool preface_checked_ : 1;  // the first bytes were checked for HTTP/2's preface
 };
 

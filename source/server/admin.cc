@@ -625,7 +625,7 @@ std::vector<StatEntry> Admin::CollectStats(bool used_only) const {
     std::string p = absl::StrCat("http.", h->stat_prefix, ".");
     if (out.count(p + "downstream_cx_total")) continue;  // counted with an earlier one
     scopes.emplace_back("http", h->stat_prefix);
-#define RPX_HTTP_STAT(field)                           \
+#define RPX_HTTP_STAT_AS(field, name)                  \
   {                                                    \
     int64_t total = 0;                                 \
     for (const HttpConfig* h2 : https) {               \
@@ -634,8 +634,9 @@ std::vector<StatEntry> Admin::CollectStats(bool used_only) const {
         total += h2->stats[i].field.Value();           \
       }                                                \
     }                                                  \
-    out[p + #field] = total;                           \
+    out[p + name] = total;                             \
   }
+#define RPX_HTTP_STAT(field) RPX_HTTP_STAT_AS(field, #field)
     RPX_HTTP_STAT(downstream_cx_total)
     RPX_HTTP_STAT(downstream_cx_active)
     RPX_HTTP_STAT(downstream_cx_protocol_error)
@@ -658,7 +659,22 @@ std::vector<StatEntry> Admin::CollectStats(bool used_only) const {
     RPX_HTTP_STAT(downstream_cx_upgrades_total)
     RPX_HTTP_STAT(downstream_cx_upgrades_active)
     RPX_HTTP_STAT(downstream_rq_ws_on_non_ws_route)
+    RPX_HTTP_STAT(downstream_cx_http2_total)
+    RPX_HTTP_STAT(downstream_cx_http2_active)
+    // Envoy's http2.* codec stats, under the connection manager's prefix.
+    RPX_HTTP_STAT_AS(http2_rx_reset, "http2.rx_reset")
+    RPX_HTTP_STAT_AS(http2_tx_reset, "http2.tx_reset")
+    RPX_HTTP_STAT_AS(http2_goaway_sent, "http2.goaway_sent")
+    RPX_HTTP_STAT_AS(http2_header_overflow, "http2.header_overflow")
+    RPX_HTTP_STAT_AS(http2_rx_messaging_error, "http2.rx_messaging_error")
+    RPX_HTTP_STAT_AS(http2_inbound_empty_frames_flood, "http2.inbound_empty_frames_flood")
+    RPX_HTTP_STAT_AS(http2_inbound_priority_frames_flood, "http2.inbound_priority_frames_flood")
+    RPX_HTTP_STAT_AS(http2_inbound_window_update_frames_flood,
+                     "http2.inbound_window_update_frames_flood")
+    RPX_HTTP_STAT_AS(http2_outbound_flood, "http2.outbound_flood")
+    RPX_HTTP_STAT_AS(http2_outbound_control_flood, "http2.outbound_control_flood")
 #undef RPX_HTTP_STAT
+#undef RPX_HTTP_STAT_AS
     HistogramTotals& rq_time = hists[p + "downstream_rq_time"];
     for (const HttpConfig* h2 : https) {
       if (h2->stat_prefix != h->stat_prefix) continue;

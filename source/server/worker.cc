@@ -356,10 +356,10 @@ void Worker::ConnectionEntry::Closed(Connection& conn) {
     sockaddr_storage peer{};
     socklen_t len = sizeof(peer);
     if (::getpeername(conn.fd(), reinterpret_cast<sockaddr*>(&peer), &len) != 0) len = 0;
-    RPX_LOG(kDebug, "listener '%s': TLS handshake with %s failed: %s", l->config->name,
-            SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&peer), len).ToString(),
-            conn.handshake_timed_out() ? std::string("timed out")
-                                       : conn.transport().FailureReason());
+    RPX_LOG(
+        kDebug, "listener '%s': TLS handshake with %s failed: %s", l->config->name,
+        SocketAddress::FromSockaddr(reinterpret_cast<sockaddr*>(&peer), len).ToString(),
+        conn.handshake_timed_out() ? std::string("timed out") : conn.transport().FailureReason());
   }
   l->connections.Remove(this);
   w->open_connections_.fetch_sub(1, std::memory_order_relaxed);

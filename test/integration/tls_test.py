@@ -150,12 +150,14 @@ class TlsTest(IntegrationTestCase):
                              lambda v: v == 1)
 
     def test_alpn_and_protocol_versions(self):
-        # h2 is listed (as in Envoy's examples) but not spoken yet: never selected.
+        # h2 is listed (as in Envoy's examples) and the connection manager (AUTO) speaks it.
         self.start([{"tls": downstream_tls([self.certs["a.example.com"]],
                                            alpn=["h2", "http/1.1"])}])
         code, out = s_client(self.port, "-alpn", "h2,http/1.1", "-servername", "a.example.com")
+        self.assertIn("ALPN protocol: h2", out)
+        code, out = s_client(self.port, "-alpn", "http/1.1")
         self.assertIn("ALPN protocol: http/1.1", out)
-        code, out = s_client(self.port, "-alpn", "h2")
+        code, out = s_client(self.port, "-alpn", "spdy/3")
         self.assertIn("No ALPN negotiated", out)
         r = self.curl_https("a.example.com", "--http1.1")
         self.assertEqual(r.status, 200, r)
