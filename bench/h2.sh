@@ -1,0 +1,238 @@
+#!/usr/bin/env bash
+# HTTP/2 downstream benchmark: h2load (cleartext h2 with prior knowledge) against rpx, nginx
+# (`listen ... http2`), HAProxy (`proto h2`) and h2o, each proxying to the same HTTP/1.1 origin
+# with reused upstream connections. Layout as bench/run.sh: the proxy alone on CPU 0 (optionally
+# capped with PROXY_CPU), h2load and the origin on CPU 1; the proxies are measured interleaved
+# (run 1 of a row for every proxy, then the next row), and the table shows medians.
+#
+#   bash bench/h2.sh                          # all rows, all proxies, lean origin
+#   ORIGIN=nginx RUNS=5 bash bench/h2.sh      # nginx as the origin
+#
+# Options: RUNS (3), DURATION (8, seconds), ROWS ("small-c50m10 small-c400m1 page-c50m10"),
+# PROXIES ("rpx nginx haproxy h2o"), ORIGIN (lean|nginx), RPX_BIN, ORIGIN_BIN, PROXY_CPU (1),
+# OUT_DIR (bench/results), OUT_NAME (h2-latest.md). Rows: PAYLOAD-cCONNS mSTREAMS, PAYLOAD small
+# (29 B) or page (16 KB).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/configs.sh
+source "$ROOT/bench/configs.sh"
+
+RUNS=${RUNS:-3}
+DURATION=${DURATION:-8}
+ROWS=${ROWS:-"small-c50m10 small-c400m1 page-c50m10"}
+PROXIES=${PROXIES:-"rpx nginx haproxy h2o"}
+ORIGIN=${ORIGIN:-lean}
+RPX_BIN=${RPX_BIN:-$ROOT/bazel-bin/source/exe/rpx}
+ORIGIN_BIN=${ORIGIN_BIN:-$ROOT/bazel-bin/bench/origin}
+PROXY_CPU=${PROXY_CPU:-1}
+PROXY_CPU_PERIOD_US=${PROXY_CPU_PERIOD_US:-10000}
+OUT_DIR=${OUT_DIR:-$ROOT/bench/results}
+OUT_NAME=${OUT_NAME:-h2-latest.md}
+NOFILE=20000
+HAPROXY_MAXCONN=10000
+ulimit -n "$NOFILE"
+
+log() { echo "[h2bench $(date +%H:%M:%S)] $*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+for t in h2load nginx haproxy h2o taskset curl; do
+  command -v "$t" >/dev/null || die "$t is missing (bash tools/setup.sh installs it)"
+done
+[ -x "$RPX_BIN" ] || die "no rpx at $RPX_BIN (bazel build //source/exe:rpx)"
+[ "$ORIGIN" != lean ] || [ -x "$ORIGIN_BIN" ] || die "no origin at $ORIGIN_BIN (bazel build //bench:origin)"
+
+TMP=$(mktemp -d /tmp/rpx-h2bench.XXXXXX)
+PIDS=()
+CGROUPS=()
+cleanup() {
+  local p d
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  sleep 0.3
+  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  for d in "${CGROUPS[@]}"; do rmdir "$d" 2>/dev/null || true; done
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+mkdir -p "$TMP/www" "$OUT_DIR"
+write_payloads "$TMP/www"
+
+NEXT_PORT=19000
+pick_port() {
+  while ! [ -z "$(ss -Htln "sport = :$NEXT_PORT" 2>/dev/null)" ]; do NEXT_PORT=$((NEXT_PORT + 1)); done
+  printf -v "$1" '%s' "$NEXT_PORT"
+  NEXT_PORT=$((NEXT_PORT + 1))
+}
+ticks() {  # utime+stime of a process and its children threads (the whole process)
+  local s total=0 p
+  for p in "$1" $(pgrep -P "$1" 2>/dev/null || true); do
+    s=$(cat "/proc/$p/stat" 2>/dev/null) || continue
+    s=${s##*) }
+    total=$((total + $(awk '{print $12 + $13}' <<<"$s")))
+  done
+  echo "$total"
+}
+HZ=$(getconf CLK_TCK)
+
+# The origin: one port per proxy.
+declare -A ORIGIN_PORT PROXY_PORT PROXY_PID
+ports=()
+for p in $PROXIES; do pick_port op; ORIGIN_PORT[$p]=$op; ports+=("$op"); done
+mkdir -p "$TMP/origin"
+if [ "$ORIGIN" = lean ]; then
+  taskset -c 1 "$ORIGIN_BIN" "$TMP/www" "${ports[@]}" >"$TMP/origin/out.log" 2>&1 &
+else
+  write_origin_conf "$TMP/origin" "${ports[*]}"
+  taskset -c 1 nginx -p "$TMP/origin" -c "$TMP/origin/nginx.conf" -e "$TMP/origin/error.log" >/dev/null 2>&1 &
+fi
+ORIGIN_PID=$!
+PIDS+=("$ORIGIN_PID")
+for op in "${ports[@]}"; do wait_port "$op" "$ORIGIN_PID" || die "origin did not listen on $op"; done
+
+cap_dir=""
+start_capped() {  # NAME CMD...: runs CMD on CPU 0 (in a capped cgroup with PROXY_CPU < 1)
+  local name=$1; shift
+  local quota d=""
+  quota=$(cpu_quota_us "$PROXY_CPU" "$PROXY_CPU_PERIOD_US")
+  if [ "$quota" != 0 ]; then
+    read -r kind root < <(cgroup_root) || die "PROXY_CPU needs the cgroup cpu controller"
+    d="$root/rpx-h2bench-$name-$$"
+    cgroup_cap "$kind" "$d" "$quota" "$PROXY_CPU_PERIOD_US" || die "cannot make cgroup $d"
+    CGROUPS+=("$d")
+  fi
+  in_cgroup "$d" taskset -c 0 "$@" &
+  LAST_PID=$!
+}
+
+for p in $PROXIES; do
+  dir="$TMP/$p"; mkdir -p "$dir"
+  pick_port port; PROXY_PORT[$p]=$port
+  UPSTREAM_PORT=${ORIGIN_PORT[$p]}
+  case $p in
+    rpx)
+      pick_port admin
+      write_rpx_conf "$dir" "$port" "$admin"
+      sed -i 's/codec_type: HTTP1/codec_type: AUTO/' "$dir/bootstrap.yaml"
+      start_capped rpx "$RPX_BIN" -c "$dir/bootstrap.yaml" --concurrency 1 -l warn ;;
+    nginx)
+      { nginx_common_top "$dir"
+        cat <<EOF
+http {
+  access_log off;
+$(nginx_temp_paths "$dir")
+  http2_max_concurrent_streams 128;
+  keepalive_requests 100000;
+  keepalive_timeout 300s;
+  upstream origin { server 127.0.0.1:$UPSTREAM_PORT; keepalive 64; keepalive_requests 100000; keepalive_timeout 300s; }
+  server {
+    listen 127.0.0.1:$port http2 backlog=4096;
+    location / { proxy_pass http://origin; proxy_http_version 1.1; proxy_set_header Connection ""; }
+  }
+}
+EOF
+      } >"$dir/nginx.conf"
+      start_capped nginx nginx -p "$dir" -c "$dir/nginx.conf" -e "$dir/error.log" ;;
+    haproxy)
+      write_haproxy_conf "$dir" "$port"
+      sed -i "s|^  bind 127.0.0.1:$port\$|  bind 127.0.0.1:$port proto h2|" "$dir/haproxy.cfg"
+      start_capped haproxy haproxy -W -db -f "$dir/haproxy.cfg" ;;
+    h2o)
+      cat >"$dir/h2o.conf" <<EOF
+num-threads: 1
+max-connections: $((NOFILE - 100))
+pid-file: $dir/h2o.pid
+error-log: $dir/error.log
+listen:
+  host: 127.0.0.1
+  port: $port
+proxy.timeout.keepalive: 300000
+http2-max-concurrent-requests-per-connection: 128
+hosts:
+  default:
+    paths:
+      /:
+        proxy.reverse.url: http://127.0.0.1:$UPSTREAM_PORT/
+EOF
+      start_capped h2o h2o -c "$dir/h2o.conf" ;;
+    *) die "unknown proxy $p" ;;
+  esac
+  PROXY_PID[$p]=$LAST_PID
+  PIDS+=("$LAST_PID")
+  wait_port "$port" "$LAST_PID" || die "$p did not listen on $port"
+  body=$(curl -s --http2-prior-knowledge "http://127.0.0.1:$port/small.txt")
+  [ "$body" = "hello from the rpx benchmark" ] || die "$p: wrong /small.txt over h2: $body"
+  log "$p on $port (PID $LAST_PID) -> origin $UPSTREAM_PORT"
+done
+
+RAW="$TMP/results.tsv"
+: >"$RAW"
+measure() {  # proxy row run
+  local p=$1 row=$2 run=$3 payload conns streams path out
+  payload=${row%%-*}; conns=${row#*-c}; conns=${conns%%m*}; streams=${row##*m}
+  path=/small.txt; [ "$payload" = page ] && path=/page.html
+  local pid=${PROXY_PID[$p]} t0 t1 m0 m1
+  t0=$(ticks "$pid"); m0=$(cpu_busy_ticks)
+  out=$(taskset -c 1 h2load -t 1 -c "$conns" -m "$streams" -D "$DURATION" --warm-up-time=1 \
+        "http://127.0.0.1:${PROXY_PORT[$p]}$path" 2>&1) || true
+  t1=$(ticks "$pid"); m1=$(cpu_busy_ticks)
+  local rps done failed errored
+  rps=$(awk '/^finished in/ {gsub(",", "", $4); print $4}' <<<"$out")
+  done=$(awk '/^requests:/ {print $8}' <<<"$out")
+  failed=$(awk '/^requests:/ {print $10}' <<<"$out")
+  errored=$(awk '/^requests:/ {print $12}' <<<"$out")
+  [ -n "$rps" ] || { log "$p $row: h2load failed: $out"; rps=0; done=0; failed=0; errored=0; }
+  # CPU per request: the proxy's own, and the whole machine's (proxy + origin + h2load).
+  local cpu_us mach_us
+  cpu_us=$(awk -v t=$((t1 - t0)) -v n="$done" -v hz="$HZ" 'BEGIN { printf "%.1f", n ? t * 1e6 / hz / n : 0 }')
+  mach_us=$(awk -v t=$((m1 - m0)) -v n="$done" -v hz="$HZ" 'BEGIN { printf "%.1f", n ? t * 1e6 / hz / n : 0 }')
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$p" "$row" "$run" "$rps" "$cpu_us" "$mach_us" \
+    "$failed" "$errored" >>"$RAW"
+  log "$p $row run $run: $rps req/s, $cpu_us us/req (machine $mach_us), failed $failed errored $errored"
+}
+
+for run in $(seq 1 "$RUNS"); do
+  for row in $ROWS; do
+    for p in $PROXIES; do measure "$p" "$row" "$run"; done
+  done
+done
+
+commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
+{
+  echo "# HTTP/2 downstream: h2load through each proxy to an HTTP/1.1 origin"
+  echo
+  echo "Commit $commit, $(date -u +%Y-%m-%d), origin $ORIGIN, PROXY_CPU $PROXY_CPU, RUNS $RUNS x ${DURATION}s (medians; rpx/X ratios are medians of per-run ratios)."
+  echo "Command: \`RUNS=$RUNS DURATION=$DURATION ORIGIN=$ORIGIN PROXY_CPU=$PROXY_CPU bash bench/h2.sh\`"
+  echo
+  /usr/bin/python3 - "$RAW" "$PROXIES" "$ROWS" <<'EOF'
+import statistics, sys
+raw, proxies, rows = sys.argv[1], sys.argv[2].split(), sys.argv[3].split()
+data = {}
+for line in open(raw):
+    p, row, run, rps, cpu, mach, failed, errored = line.rstrip("\n").split("\t")
+    data.setdefault((p, row), {})[int(run)] = (float(rps), float(cpu), float(mach), int(failed), int(errored))
+others = [p for p in proxies if p != "rpx"]
+head = "| row | " + " | ".join("%s req/s" % p for p in proxies)
+head += " | " + " | ".join("rpx/%s" % p for p in others) if "rpx" in proxies else ""
+head += " | CPU us/req " + " / ".join(proxies) + " | machine us/req " + " / ".join(proxies) + " | failed+errored |"
+print(head)
+print("|" + "---|" * (head.count("|") - 1))
+for row in rows:
+    cells = []
+    for p in proxies:
+        runs = data.get((p, row), {})
+        cells.append("%.0f" % statistics.median(v[0] for v in runs.values()) if runs else "-")
+    ratios = []
+    if "rpx" in proxies:
+        for o in others:
+            a, b = data.get(("rpx", row), {}), data.get((o, row), {})
+            rs = [a[r][0] / b[r][0] for r in a if r in b and b[r][0] > 0]
+            ratios.append("%.2f" % statistics.median(rs) if rs else "-")
+    cpu = " / ".join("%.1f" % statistics.median(v[1] for v in data[(p, row)].values())
+                     if data.get((p, row)) else "-" for p in proxies)
+    mach = " / ".join("%.1f" % statistics.median(v[2] for v in data[(p, row)].values())
+                      if data.get((p, row)) else "-" for p in proxies)
+    errs = " / ".join(str(sum(v[3] + v[4] for v in data.get((p, row), {}).values()))
+                      for p in proxies)
+    print("| %s | %s | %s | %s | %s | %s |" % (row, " | ".join(cells), " | ".join(ratios), cpu,
+                                                mach, errs))
+EOF
+} >"$OUT_DIR/$OUT_NAME"
+cat "$OUT_DIR/$OUT_NAME"
