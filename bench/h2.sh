@@ -29,7 +29,7 @@ PROXY_CPU_PERIOD_US=${PROXY_CPU_PERIOD_US:-10000}
 OUT_DIR=${OUT_DIR:-$ROOT/bench/results}
 OUT_NAME=${OUT_NAME:-h2-latest.md}
 NOFILE=20000
-HAPROXY_MAXCONN=10000
+HAPROXY_MAXCONN=9000
 ulimit -n "$NOFILE"
 
 log() { echo "[h2bench $(date +%H:%M:%S)] $*" >&2; }
@@ -138,7 +138,7 @@ EOF
       cat >"$dir/h2o.conf" <<EOF
 num-threads: 1
 max-connections: $((NOFILE - 100))
-pid-file: $dir/h2o.pid
+user: root
 error-log: $dir/error.log
 listen:
   host: 127.0.0.1
@@ -178,6 +178,10 @@ measure() {  # proxy row run
   done=$(awk '/^requests:/ {print $8}' <<<"$out")
   failed=$(awk '/^requests:/ {print $10}' <<<"$out")
   errored=$(awk '/^requests:/ {print $12}' <<<"$out")
+  # Anything but a 2xx counts as failed here (h2load's "succeeded" includes 4xx and 5xx).
+  local ok
+  ok=$(awk '/^status codes:/ {print $3}' <<<"$out")
+  failed=$(( failed + done - ${ok:-0} ))
   [ -n "$rps" ] || { log "$p $row: h2load failed: $out"; rps=0; done=0; failed=0; errored=0; }
   # CPU per request: the proxy's own, and the whole machine's (proxy + origin + h2load).
   local cpu_us mach_us
