@@ -10,7 +10,8 @@
 #
 # Options: RUNS (3), DURATION (8, seconds), ROWS ("small-c50m10 small-c400m1 page-c50m10"),
 # PROXIES ("rpx nginx haproxy h2o"), ORIGIN (lean|nginx), RPX_BIN, ORIGIN_BIN, PROXY_CPU (1),
-# OUT_DIR (bench/results), OUT_NAME (h2-latest.md). Rows: PAYLOAD-cCONNS mSTREAMS, PAYLOAD small
+# OUT_DIR (bench/results), OUT_NAME (h2-latest.md), IDLE_CONNS (2000; 0 = skip the memory per idle
+# h2 connection). Rows: PAYLOAD-cCONNS mSTREAMS, PAYLOAD small
 # (29 B) or page (16 KB).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -28,6 +29,7 @@ PROXY_CPU=${PROXY_CPU:-1}
 PROXY_CPU_PERIOD_US=${PROXY_CPU_PERIOD_US:-10000}
 OUT_DIR=${OUT_DIR:-$ROOT/bench/results}
 OUT_NAME=${OUT_NAME:-h2-latest.md}
+IDLE_CONNS=${IDLE_CONNS:-2000}
 NOFILE=20000
 HAPROXY_MAXCONN=9000
 ulimit -n "$NOFILE"
@@ -54,6 +56,8 @@ cleanup() {
 trap cleanup EXIT
 mkdir -p "$TMP/www" "$OUT_DIR"
 write_payloads "$TMP/www"
+chmod 755 "$TMP" "$TMP/www"  # nginx's workers (an unprivileged user when started as root) read it
+chmod 644 "$TMP"/www/*
 
 NEXT_PORT=19000
 pick_port() {
@@ -162,7 +166,9 @@ EOF
   log "$p on $port (PID $LAST_PID) -> origin $UPSTREAM_PORT"
 done
 
-RAW="$TMP/results.tsv"
+RAW_DIR="$OUT_DIR/raw/h2-$(date -u +%Y%m%dT%H%M%SZ)"
+mkdir -p "$RAW_DIR"
+RAW="$RAW_DIR/results.tsv"
 : >"$RAW"
 measure() {  # proxy row run
   local p=$1 row=$2 run=$3 payload conns streams path out
@@ -174,14 +180,16 @@ measure() {  # proxy row run
         "http://127.0.0.1:${PROXY_PORT[$p]}$path" 2>&1) || true
   t1=$(ticks "$pid"); m1=$(cpu_busy_ticks)
   local rps done failed errored
+  printf '%s\n' "$out" >"$RAW_DIR/$p-$row-$run.txt"
   rps=$(awk '/^finished in/ {gsub(",", "", $4); print $4}' <<<"$out")
-  done=$(awk '/^requests:/ {print $8}' <<<"$out")
+  # "requests: T total, S started, D done, OK succeeded, F failed, E errored, X timeout"
+  done=$(awk '/^requests:/ {print $6}' <<<"$out")
   failed=$(awk '/^requests:/ {print $10}' <<<"$out")
   errored=$(awk '/^requests:/ {print $12}' <<<"$out")
-  # Anything but a 2xx counts as failed here (h2load's "succeeded" includes 4xx and 5xx).
+  # A response other than 2xx counts as failed too (h2load's "succeeded" includes 4xx and 5xx).
   local ok
   ok=$(awk '/^status codes:/ {print $3}' <<<"$out")
-  failed=$(( failed + done - ${ok:-0} ))
+  if [ -n "$done" ] && [ "${ok:-0}" -lt "$done" ]; then failed=$(( failed + done - ok )); fi
   [ -n "$rps" ] || { log "$p $row: h2load failed: $out"; rps=0; done=0; failed=0; errored=0; }
   # CPU per request: the proxy's own, and the whole machine's (proxy + origin + h2load).
   local cpu_us mach_us
@@ -197,6 +205,64 @@ for run in $(seq 1 "$RUNS"); do
     for p in $PROXIES; do measure "$p" "$row" "$run"; done
   done
 done
+
+# Memory per idle h2 connection: IDLE_CONNS connections, each having completed one request (its
+# SETTINGS exchanged, one stream opened and closed), all kept open; the proxy's RSS before and
+# after, per connection.
+IDLE="$TMP/idle.tsv"
+: >"$IDLE"
+group_rss() {
+  local total=0 p v
+  for p in "$1" $(pgrep -P "$1" 2>/dev/null || true); do
+    v=$(awk '/^VmRSS:/ {print $2}' "/proc/$p/status" 2>/dev/null) || continue
+    total=$((total + ${v:-0}))
+  done
+  echo "$total"
+}
+if [ "$IDLE_CONNS" -gt 0 ]; then
+  for p in $PROXIES; do
+    before=$(group_rss "${PROXY_PID[$p]}")
+    taskset -c 1 /usr/bin/python3 - "${PROXY_PORT[$p]}" "$IDLE_CONNS" "$TMP/idle-$p.ready" <<'PYEOF' &
+import socket, sys, time
+import h2.config, h2.connection, h2.events
+port, n, ready = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+conns = []
+for i in range(n):
+    s = socket.create_connection(("127.0.0.1", port))
+    c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    c.initiate_connection()
+    c.send_headers(1, [(":method", "GET"), (":path", "/small.txt"), (":scheme", "http"),
+                       (":authority", "127.0.0.1")], end_stream=True)
+    s.sendall(c.data_to_send())
+    done = False
+    while not done:
+        data = s.recv(65536)
+        if not data:
+            raise SystemExit("connection %d closed" % i)
+        for ev in c.receive_data(data):
+            if isinstance(ev, h2.events.StreamEnded):
+                done = True
+        out = c.data_to_send()
+        if out:
+            s.sendall(out)
+    conns.append((s, c))
+open(ready, "w").close()
+time.sleep(3600)
+PYEOF
+    client=$!
+    for _ in $(seq 1 600); do [ -e "$TMP/idle-$p.ready" ] && break; kill -0 "$client" 2>/dev/null || break; sleep 0.2; done
+    sleep 2
+    after=$(group_rss "${PROXY_PID[$p]}")
+    kill "$client" 2>/dev/null || true
+    wait "$client" 2>/dev/null || true
+    if [ -e "$TMP/idle-$p.ready" ]; then
+      printf '%s\t%s\t%s\n' "$p" "$before" "$after" >>"$IDLE"
+      log "$p: RSS $before KiB -> $after KiB with $IDLE_CONNS idle h2 connections"
+    else
+      log "$p: the idle client failed"
+    fi
+  done
+fi
 
 commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
 {
@@ -238,5 +304,13 @@ for row in rows:
     print("| %s | %s | %s | %s | %s | %s |" % (row, " | ".join(cells), " | ".join(ratios), cpu,
                                                 mach, errs))
 EOF
+  if [ -s "$IDLE" ]; then
+    echo
+    echo "Memory per idle h2 connection ($IDLE_CONNS connections, each after one request; proxy RSS after minus before):"
+    echo
+    echo "| proxy | RSS before (KiB) | RSS after (KiB) | KiB per connection |"
+    echo "|---|---:|---:|---:|"
+    awk -F'\t' -v n="$IDLE_CONNS" '{ printf "| %s | %d | %d | %.1f |\n", $1, $2, $3, ($3 - $2) / n }' "$IDLE"
+  fi
 } >"$OUT_DIR/$OUT_NAME"
 cat "$OUT_DIR/$OUT_NAME"

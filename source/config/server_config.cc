@@ -479,14 +479,24 @@ void Builder::BuildCluster(const Cluster& c, const std::string& path, ServerConf
   info->resources =
       std::make_shared<ClusterResources>(max_connections, max_pending, max_requests, max_retries);
   if (budget_percent >= 0) info->resources->SetRetryBudget(budget_percent, budget_min);
-  auto apply_common = [&](const envoy::config::core::v3::HttpProtocolOptions& o) {
+  auto apply_common = [&](const envoy::config::core::v3::HttpProtocolOptions& o,
+                          const std::string& op) {
+    // Downstream-only here: a cluster's connections have no such limits yet.
+    if (o.has_max_connection_duration()) {
+      Error(op + ".max_connection_duration", "is not supported on upstream connections");
+    }
+    if (o.has_max_stream_duration()) {
+      Error(op + ".max_stream_duration", "is not supported on upstream connections");
+    }
     if (o.has_idle_timeout()) info->idle_timeout_ms = Ms(o.idle_timeout());
     if (o.has_max_headers_count()) info->max_response_headers_count = o.max_headers_count().value();
     if (o.has_max_requests_per_connection()) {
       info->max_requests_per_connection = o.max_requests_per_connection().value();
     }
   };
-  if (c.has_common_http_protocol_options()) apply_common(c.common_http_protocol_options());
+  if (c.has_common_http_protocol_options()) {
+    apply_common(c.common_http_protocol_options(), path + ".common_http_protocol_options");
+  }
   if (c.has_max_requests_per_connection()) {
     info->max_requests_per_connection = c.max_requests_per_connection().value();
   }
@@ -503,7 +513,9 @@ void Builder::BuildCluster(const Cluster& c, const std::string& path, ServerConf
       Error(kp, absl::StrCat("expected a ", kUpstreamHttpOptions, ", got ", any.type_url()));
       continue;
     }
-    if (opts.has_common_http_protocol_options()) apply_common(opts.common_http_protocol_options());
+    if (opts.has_common_http_protocol_options()) {
+      apply_common(opts.common_http_protocol_options(), kp + ".common_http_protocol_options");
+    }
     const auto& up = opts.upstream_http_protocol_options();
     info->auto_sni = up.auto_sni();
     info->auto_san_validation = up.auto_san_validation();
@@ -811,6 +823,22 @@ bool Builder::BuildHttp(const HttpConnectionManager& hcm, const std::string& pat
   }
   if (common.has_max_requests_per_connection()) {
     http->max_requests_per_connection = common.max_requests_per_connection().value();
+  }
+  if (common.has_max_connection_duration()) {
+    http->max_connection_duration_ms = Ms(common.max_connection_duration());
+  }
+  if (common.has_max_stream_duration()) {
+    http->max_stream_duration_ms = Ms(common.max_stream_duration());
+  }
+  switch (common.headers_with_underscores_action()) {
+    case envoy::config::core::v3::HttpProtocolOptions::REJECT_REQUEST:
+      http->headers_with_underscores = HttpConfig::Underscores::kReject;
+      break;
+    case envoy::config::core::v3::HttpProtocolOptions::DROP_HEADER:
+      http->headers_with_underscores = HttpConfig::Underscores::kDrop;
+      break;
+    default:
+      break;
   }
   http->use_remote_address = hcm.has_use_remote_address() && hcm.use_remote_address().value();
   http->skip_xff_append = hcm.skip_xff_append();

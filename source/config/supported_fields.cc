@@ -190,6 +190,9 @@ const std::set<std::string>& Supported() {
       "envoy.config.core.v3.HttpProtocolOptions.idle_timeout",
       "envoy.config.core.v3.HttpProtocolOptions.max_headers_count",
       "envoy.config.core.v3.HttpProtocolOptions.max_requests_per_connection",
+      "envoy.config.core.v3.HttpProtocolOptions.max_connection_duration",
+      "envoy.config.core.v3.HttpProtocolOptions.max_stream_duration",
+      "envoy.config.core.v3.HttpProtocolOptions.headers_with_underscores_action",
       "envoy.config.core.v3.Http1ProtocolOptions.accept_http_10",
       // listener
       "envoy.config.listener.v3.Listener.name",
@@ -633,7 +636,6 @@ const std::set<std::string>& Ignorable() {
       "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager."
       "xff_num_trusted_hops",
       "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager.via",
-      "envoy.config.core.v3.HttpProtocolOptions.headers_with_underscores_action",
       "envoy.config.core.v3.Node.client_features",
   };
   return *s;

@@ -75,9 +75,9 @@ class Http2ServerConnection::Stream : public ResponseEncoder, public DeferredDel
   const RequestHead* request_head() const override { return &head_; }
 
   void TellBelowLowWatermark() {
-    if (above_watermark_ && handler_) {
+    if (above_watermark_ && active()) {
       above_watermark_ = false;
-      handler_->OnDownstreamWatermark(false);
+      active()->OnDownstreamWatermark(false);
     }
   }
 
@@ -96,9 +96,12 @@ class Http2ServerConnection::Stream : public ResponseEncoder, public DeferredDel
   void DeliverRequestData();
   void OnIdleTimeout();
   void OnRequestTimeout();
+  void OnMaxStreamDuration();
+  // Ends the stream on a timer: 408 before the response started, a reset after.
+  void TimeOut(const char* details, std::string_view body);
   void LogStream();
   FormatContext Context() const;
-  // Ends the handler's part: it gets no more calls and is deleted (deferred).
+  // Ends the handler's part: it gets no more calls (it is deleted when the stream closes).
   void ReleaseHandler();
   void CountResponseStart(int status);
   bool IsGrpc() const;
@@ -107,12 +110,17 @@ class Http2ServerConnection::Stream : public ResponseEncoder, public DeferredDel
   int32_t id_;
   RequestHead head_;
   StreamInfo info_;
+  // Kept until the stream closes (the access log reads what it points to), but called only
+  // while active(): not after it ended the response or gave the stream up.
   std::unique_ptr<StreamHandler> handler_;
+  bool handler_done_ = false;
+  StreamHandler* active() const { return handler_done_ ? nullptr : handler_.get(); }
   std::string cookies_;  // cookie fields joined ("; ") for HTTP/1 upstreams (RFC 9113 8.2.3)
   Buffer response_;      // response body not yet framed
   Buffer held_;          // request body received while the handler asked not to read
   MemberTimer<Stream, &Stream::OnIdleTimeout> idle_timer_;
   std::unique_ptr<Timer> request_timer_;
+  std::unique_ptr<Timer> duration_timer_;  // max_stream_duration
   uint64_t start_ms_ = 0;
   uint64_t idle_ms_ = 0;
   size_t header_bytes_ = 0;
@@ -125,6 +133,7 @@ class Http2ServerConnection::Stream : public ResponseEncoder, public DeferredDel
   bool read_disabled_ = false;
   bool above_watermark_ = false;
   bool header_overflow_ = false;
+  bool underscore_ = false;  // a header name with '_' under REJECT_REQUEST
   bool delivering_ = false;
   bool closed_ = false;
   bool counted_active_ = false;
@@ -143,6 +152,7 @@ struct Http2ServerConnection::Callbacks {
     // max_outbound_control_frames, then fails the session).
     if (c->conn_->above_high_watermark()) return NGHTTP2_ERR_WOULDBLOCK;
     c->conn_->write_buffer().Append(reinterpret_cast<const char*>(data), length);
+    c->conn_->ScheduleWrite();  // also notes a crossed watermark, which stops the next frame
     return static_cast<ssize_t>(length);
   }
 
@@ -152,6 +162,7 @@ struct Http2ServerConnection::Callbacks {
     if (c->conn_->above_high_watermark()) return NGHTTP2_ERR_WOULDBLOCK;
     RPX_ASSERT(frame->data.padlen == 0);
     static_cast<Stream*>(source->ptr)->WriteResponse(c->conn_->write_buffer(), framehd, length);
+    c->conn_->ScheduleWrite();
     return 0;
   }
 
@@ -169,6 +180,23 @@ struct Http2ServerConnection::Callbacks {
         nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, frame->hd.stream_id,
                                   NGHTTP2_NO_ERROR);
       }
+    }
+    return 0;
+  }
+
+  // A HEADERS frame on a stream id at or below the highest one the client has used, for a stream
+  // that is not open (it was closed, or implicitly closed by a higher id), is a connection error
+  // (RFC 9113 5.1.1); nghttp2 would only ignore it.
+  static int OnBeginFrame(nghttp2_session* session, const nghttp2_frame_hd* hd, void* user) {
+    auto* c = static_cast<Http2ServerConnection*>(user);
+    if (hd->type != NGHTTP2_HEADERS || hd->stream_id <= 0) return 0;
+    if (hd->stream_id > c->highest_stream_id_) {
+      c->highest_stream_id_ = hd->stream_id;
+      return 0;
+    }
+    nghttp2_stream* st = nghttp2_session_find_stream(session, hd->stream_id);
+    if (!st || nghttp2_stream_get_state(st) == NGHTTP2_STREAM_STATE_CLOSED) {
+      c->ConnectionError(NGHTTP2_PROTOCOL_ERROR, nullptr);
     }
     return 0;
   }
@@ -299,6 +327,7 @@ struct Http2ServerConnection::Callbacks {
       nghttp2_session_callbacks_set_send_callback(c, Send);
       nghttp2_session_callbacks_set_send_data_callback(c, SendData);
       nghttp2_session_callbacks_set_on_frame_send_callback(c, OnFrameSend);
+      nghttp2_session_callbacks_set_on_begin_frame_callback(c, OnBeginFrame);
       nghttp2_session_callbacks_set_on_begin_headers_callback(c, OnBeginHeaders);
       nghttp2_session_callbacks_set_on_header_callback(c, OnHeader);
       nghttp2_session_callbacks_set_on_frame_recv_callback(c, OnFrameRecv);
@@ -352,6 +381,13 @@ Http2ServerConnection::Http2ServerConnection(std::unique_ptr<Connection> conn,
                                           static_cast<int32_t>(o.initial_connection_window_size));
   }
   UpdateIdleTimer();
+  if (config_->max_connection_duration_ms) {
+    duration_timer_ = conn_->dispatcher().CreateTimer([this] {
+      stats_.downstream_cx_max_duration_reached.Inc();
+      CloseWhenIdle();
+    });
+    duration_timer_->Enable(config_->max_connection_duration_ms);
+  }
 }
 
 void Http2ServerConnection::Start() {
@@ -529,6 +565,7 @@ void Http2ServerConnection::Close(bool flush) {
   stats_.downstream_cx_active.Dec();
   stats_.downstream_cx_http2_active.Dec();
   idle_timer_.Disable();
+  if (duration_timer_) duration_timer_->Disable();
   // Every stream still open ends here; its handler hears the downstream went away.
   while (streams_) {
     Stream* s = streams_;
@@ -561,6 +598,15 @@ void Http2ServerConnection::Stream::OnHeader(std::string_view name, std::string_
       head_.host.assign(value);
     }
     return;  // :scheme: rpx states the scheme itself (x-forwarded-proto)
+  }
+  if (config.headers_with_underscores != HttpConfig::Underscores::kAllow &&
+      name.find('_') != std::string_view::npos) {
+    if (config.headers_with_underscores == HttpConfig::Underscores::kDrop) {
+      parent_.stats_.dropped_headers_with_underscores.Inc();
+    } else {
+      underscore_ = true;
+    }
+    return;
   }
   if (name == "cookie") {
     if (!cookies_.empty()) cookies_.append("; ");
@@ -634,9 +680,26 @@ void Http2ServerConnection::Stream::OnHeadersComplete(bool end_stream) {
     SendLocalReply(431, "request header list too large\n", nullptr, "text/plain");
     return;
   }
+  if (head_.path.empty()) {
+    // CONNECT (nghttp2 lets it through without :path): no tunnels over h2 yet.
+    info_.response_code_details = "connect_not_supported";
+    SendLocalReply(403, "CONNECT is not supported\n", nullptr, "text/plain");
+    return;
+  }
+  if (underscore_) {
+    // Envoy resets an h2 stream whose header names have underscores under REJECT_REQUEST.
+    stats.requests_rejected_with_underscores_in_headers.Inc();
+    info_.response_code_details = "http2.unexpected_underscore";
+    ResetStream();
+    return;
+  }
   if (config.request_timeout_ms && !end_stream) {
     request_timer_ = c.conn_->dispatcher().CreateTimer([this] { OnRequestTimeout(); });
     request_timer_->Enable(config.request_timeout_ms);
+  }
+  if (config.max_stream_duration_ms) {
+    duration_timer_ = c.conn_->dispatcher().CreateTimer([this] { OnMaxStreamDuration(); });
+    duration_timer_->Enable(config.max_stream_duration_ms);
   }
   dispatched_ = true;
   handler_ = c.factory_.CreateStream(*this);
@@ -646,7 +709,7 @@ void Http2ServerConnection::Stream::OnHeadersComplete(bool end_stream) {
 void Http2ServerConnection::Stream::OnRequestData(const char* data, size_t len) {
   if (idle_ms_ && len) idle_timer_.Enable(idle_ms_);
   info_.bytes_received += len;
-  if (!handler_ || closed_) {
+  if (!active() || closed_) {
     // Nobody reads it any more (answered already, or reset): keep the window open.
     nghttp2_session_consume(parent_.session_, id_, len);
     return;
@@ -655,7 +718,7 @@ void Http2ServerConnection::Stream::OnRequestData(const char* data, size_t len) 
     held_.Append(data, len);
     return;
   }
-  handler_->OnRequestData(data, len, false);
+  active()->OnRequestData(data, len, false);
   nghttp2_session_consume(parent_.session_, id_, len);
 }
 
@@ -664,27 +727,27 @@ void Http2ServerConnection::Stream::OnRequestEnd() {
   request_complete_ = true;
   if (request_timer_) request_timer_->Disable();
   if (parent_.config_->record_durations) info_.request_end_ns = MonotonicNowNs();
-  if (!handler_) return;
+  if (!active()) return;
   if (read_disabled_ || !held_.empty()) {
     request_end_held_ = true;
     return;
   }
-  handler_->OnRequestData(nullptr, 0, true);
+  active()->OnRequestData(nullptr, 0, true);
 }
 
 void Http2ServerConnection::Stream::DeliverRequestData() {
   if (delivering_) return;
   delivering_ = true;
-  while (handler_ && !read_disabled_ && !held_.empty() && !closed_) {
+  while (active() && !read_disabled_ && !held_.empty() && !closed_) {
     size_t n = held_.size();
     std::string chunk(held_.data(), n);  // the handler may re-enter and append to held_
     held_.Drain(n);
-    handler_->OnRequestData(chunk.data(), n, false);
+    active()->OnRequestData(chunk.data(), n, false);
     if (!closed_) nghttp2_session_consume(parent_.session_, id_, n);
   }
-  if (handler_ && !read_disabled_ && held_.empty() && request_end_held_ && !closed_) {
+  if (active() && !read_disabled_ && held_.empty() && request_end_held_ && !closed_) {
     request_end_held_ = false;
-    handler_->OnRequestData(nullptr, 0, true);
+    active()->OnRequestData(nullptr, 0, true);
   }
   delivering_ = false;
   parent_.SendPending();  // WINDOW_UPDATEs
@@ -751,6 +814,7 @@ void Http2ServerConnection::Stream::EncodeHeaders(ResponseHead& head, bool end_s
     nva.push_back(Nv("content-length", "0"));
   }
   bool no_body = response_no_body_ || StatusHasNoBody(head.status);
+  if (end_stream) handler_done_ = true;
   if (end_stream || no_body) {
     response_end_ = true;
     nghttp2_submit_response(c.session_, id_, nva.data(), nva.size(), nullptr);
@@ -775,9 +839,10 @@ void Http2ServerConnection::Stream::EncodeData(const char* data, size_t len, boo
   response_.Append(data, len);
   if (end_stream) response_end_ = true;
   nghttp2_session_resume_data(parent_.session_, id_);
-  if (!above_watermark_ && response_.size() > parent_.config_->buffer_limit && handler_) {
+  if (end_stream) handler_done_ = true;  // the handler has said all it will
+  if (!above_watermark_ && response_.size() > parent_.config_->buffer_limit && active()) {
     above_watermark_ = true;
-    handler_->OnDownstreamWatermark(true);
+    active()->OnDownstreamWatermark(true);
   }
   parent_.SendPending();
 }
@@ -895,9 +960,7 @@ void Http2ServerConnection::Stream::SendLocalReply(int status, std::string_view 
   if (!body.empty() && !response_no_body_ && !closed_) EncodeData(body.data(), body.size(), true);
 }
 
-void Http2ServerConnection::Stream::ReleaseHandler() {
-  if (handler_) parent_.conn_->dispatcher().DeferredDelete(std::move(handler_));
-}
+void Http2ServerConnection::Stream::ReleaseHandler() { handler_done_ = true; }
 
 void Http2ServerConnection::Stream::ResetStream() {
   if (closed_) return;
@@ -907,33 +970,36 @@ void Http2ServerConnection::Stream::ResetStream() {
   parent_.SendPending();
 }
 
-void Http2ServerConnection::Stream::OnIdleTimeout() {
-  if (closed_) return;
-  HttpStats& stats = parent_.stats_;
-  stats.downstream_rq_idle_timeout.Inc();
-  info_.response_flags |= kStreamIdleTimeout;
-  if (handler_) handler_->OnDownstreamReset();
+void Http2ServerConnection::Stream::TimeOut(const char* details, std::string_view body) {
+  if (active()) active()->OnDownstreamReset();
   ReleaseHandler();
   if (!response_started_) {
-    info_.response_code_details = "stream_idle_timeout";
-    SendLocalReply(408, "stream idle timeout\n", nullptr, "text/plain");
+    info_.response_code_details = details;
+    SendLocalReply(408, body, nullptr, "text/plain");
   } else {
     ResetStream();
   }
+}
+
+void Http2ServerConnection::Stream::OnIdleTimeout() {
+  if (closed_) return;
+  parent_.stats_.downstream_rq_idle_timeout.Inc();
+  info_.response_flags |= kStreamIdleTimeout;
+  TimeOut("stream_idle_timeout", "stream idle timeout\n");
 }
 
 void Http2ServerConnection::Stream::OnRequestTimeout() {
   if (closed_ || request_complete_) return;
   parent_.stats_.downstream_rq_timeout.Inc();
   info_.response_flags |= kDurationTimeout;
-  if (handler_) handler_->OnDownstreamReset();
-  ReleaseHandler();
-  if (!response_started_) {
-    info_.response_code_details = "request_overall_timeout";
-    SendLocalReply(408, "request timeout\n", nullptr, "text/plain");
-  } else {
-    ResetStream();
-  }
+  TimeOut("request_overall_timeout", "request timeout\n");
+}
+
+void Http2ServerConnection::Stream::OnMaxStreamDuration() {
+  if (closed_) return;
+  parent_.stats_.downstream_rq_max_duration_reached.Inc();
+  info_.response_flags |= kDurationTimeout;
+  TimeOut("max_duration_timeout", "downstream duration timeout\n");
 }
 
 void Http2ServerConnection::Stream::OnClose(uint32_t error_code) {
@@ -941,14 +1007,15 @@ void Http2ServerConnection::Stream::OnClose(uint32_t error_code) {
   closed_ = true;
   idle_timer_.Disable();
   if (request_timer_) request_timer_->Disable();
+  if (duration_timer_) duration_timer_->Disable();
   HttpStats& stats = parent_.stats_;
   bool complete = response_end_ && response_.empty() && error_code == NGHTTP2_NO_ERROR;
   if (!complete && dispatched_) {
-    if (handler_) {
+    if (active()) {
       stats.downstream_rq_rx_reset.Inc();
       info_.response_flags |= kDownstreamRemoteReset;
       if (!response_started_) info_.response_code_details = "downstream_remote_reset";
-      handler_->OnDownstreamReset();
+      active()->OnDownstreamReset();
     }
   }
   if (counted_active_) {
@@ -958,7 +1025,7 @@ void Http2ServerConnection::Stream::OnClose(uint32_t error_code) {
     parent_.conn_->dispatcher().AddPending(-1);
     counted_active_ = false;
   }
-  ReleaseHandler();
+  if (handler_) parent_.conn_->dispatcher().DeferredDelete(std::move(handler_));
 }
 
 FormatContext Http2ServerConnection::Stream::Context() const {

@@ -80,11 +80,13 @@ class Http2ServerConnection : public DownstreamConnection {
   SocketAddress peer_;
   nghttp2_session* session_ = nullptr;
   MemberTimer<Http2ServerConnection, &Http2ServerConnection::OnIdleTimeout> idle_timer_;
-  Stream* streams_ = nullptr;  // open streams (intrusive list)
+  std::unique_ptr<Timer> duration_timer_;  // max_connection_duration; only when configured
+  Stream* streams_ = nullptr;              // open streams (intrusive list)
   size_t active_streams_ = 0;
   // Streams whose buffered response fell under the low watermark during a send: told after it.
   std::vector<int32_t> below_low_;
   // Flood accounting (Envoy's http2_protocol_options limits).
+  int32_t highest_stream_id_ = 0;  // the highest stream id the client's HEADERS used
   uint32_t consecutive_empty_frames_ = 0;
   uint64_t inbound_streams_ = 0;
   uint64_t inbound_priority_frames_ = 0;

@@ -35,6 +35,10 @@ struct alignas(64) HttpStats {
   Gauge downstream_cx_upgrades_active;
   Counter downstream_rq_ws_on_non_ws_route;  // upgrade refused (403): not enabled for the route
   Histogram downstream_rq_time;              // ms from the request head to the end of the response
+  Counter downstream_cx_max_duration_reached;  // max_connection_duration: drained
+  Counter downstream_rq_max_duration_reached;  // max_stream_duration: 408 or reset
+  Counter requests_rejected_with_underscores_in_headers;
+  Counter dropped_headers_with_underscores;
   // HTTP/2 (Envoy's http2.* under the connection manager's prefix).
   Counter downstream_cx_http2_total;
   Gauge downstream_cx_http2_active;
@@ -91,6 +95,14 @@ struct HttpConfig {
   uint64_t request_timeout_ms = 0;               // 0: disabled
   uint64_t request_headers_timeout_ms = 0;       // 0: disabled
   uint64_t idle_timeout_ms = 3600 * 1000;        // connection idle (no stream); 0: disabled
+  // common_http_protocol_options: a connection is drained (Connection: close, GOAWAY) this long
+  // after it opened; a stream is ended (408, or a reset once the response started) this long
+  // after its request head. 0: no limit.
+  uint64_t max_connection_duration_ms = 0;
+  uint64_t max_stream_duration_ms = 0;
+  // headers_with_underscores_action for request header names containing '_'.
+  enum class Underscores { kAllow, kReject, kDrop };
+  Underscores headers_with_underscores = Underscores::kAllow;
   uint32_t max_request_headers_kb = 60;
   uint32_t max_headers_count = 100;
   uint32_t max_requests_per_connection = 0;  // 0: unlimited

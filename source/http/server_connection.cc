@@ -15,8 +15,9 @@
 namespace rpx {
 
 struct ServerConnection::StreamState : StreamInfo {
-  std::unique_ptr<Timer> request_timer;  // request_timeout; created when first needed
-  uint64_t start_ms = 0;                 // the dispatcher's clock at the request head
+  std::unique_ptr<Timer> request_timer;   // request_timeout; created when first needed
+  std::unique_ptr<Timer> duration_timer;  // max_stream_duration; created when first needed
+  uint64_t start_ms = 0;                  // the dispatcher's clock at the request head
   static void* operator new(size_t) { return FreeBlocks<sizeof(StreamState), 256>::Take(); }
   static void operator delete(void* p) { FreeBlocks<sizeof(StreamState), 256>::Give(p); }
 };
@@ -30,6 +31,10 @@ StreamInfo& ServerConnection::info() { return state(); }
 
 void ServerConnection::DisableRequestTimer() {
   if (state_ && state_->request_timer) state_->request_timer->Disable();
+}
+
+void ServerConnection::DisableDurationTimer() {
+  if (state_ && state_->duration_timer) state_->duration_timer->Disable();
 }
 
 namespace {
@@ -86,6 +91,13 @@ ServerConnection::ServerConnection(std::unique_ptr<Connection> conn,
   }
   conn_->SetCallbacks(this);
   if (config_->idle_timeout_ms) timer_.Enable(config_->idle_timeout_ms);
+  if (config_->max_connection_duration_ms) {
+    duration_timer_ = conn_->dispatcher().CreateTimer([this] {
+      stats_.downstream_cx_max_duration_reached.Inc();
+      CloseWhenIdle();
+    });
+    duration_timer_->Enable(config_->max_connection_duration_ms);
+  }
   stats_.downstream_cx_total.Inc();
   stats_.downstream_cx_active.Inc();
 }
@@ -198,6 +210,44 @@ void ServerConnection::ReleaseParserIfIdle() {
   if (state_ && !processing_ && !stream_active_) state_.reset();
 }
 
+void ServerConnection::OnMaxStreamDuration() {
+  if (!stream_active_) return;
+  stats_.downstream_rq_max_duration_reached.Inc();
+  info().response_flags |= kDurationTimeout;
+  if (handler_) handler_->OnDownstreamReset();
+  if (!response_started_) {
+    info().response_code_details = "max_duration_timeout";
+    close_after_response_ = true;
+    auto h = std::move(handler_);
+    if (h) conn_->dispatcher().DeferredDelete(std::move(h));
+    SendLocalReply(408, "downstream duration timeout\n", nullptr, "text/plain");
+    if (stream_active_) EndResponse();
+  } else {
+    ResetStream();
+  }
+}
+
+bool ServerConnection::CheckUnderscores(RequestHead& head) {
+  auto has_underscore = [](const HeaderMap::Field& f) {
+    return f.name.find('_') != std::string_view::npos;
+  };
+  if (config_->headers_with_underscores == HttpConfig::Underscores::kDrop) {
+    int n = head.headers.RemoveIf(has_underscore);
+    for (int i = 0; i < n; ++i) stats_.dropped_headers_with_underscores.Inc();
+    return true;
+  }
+  for (const HeaderMap::Field f : head.headers) {
+    if (!has_underscore(f)) continue;
+    stats_.requests_rejected_with_underscores_in_headers.Inc();
+    info().response_code_details = "http1.unexpected_underscore";
+    close_after_response_ = true;
+    SendLocalReply(400, "header names with underscores are not allowed\n", nullptr, "text/plain");
+    if (stream_active_) EndResponse();
+    return false;
+  }
+  return true;
+}
+
 void ServerConnection::OnRequestTimeout() {
   if (!stream_active_ || request_complete_) return;
   stats_.downstream_rq_timeout.Inc();
@@ -225,6 +275,7 @@ std::unique_ptr<Connection> ServerConnection::TakeConnection() {
   closed_ = true;
   stats_.downstream_cx_active.Dec();
   timer_.Disable();
+  if (duration_timer_) duration_timer_->Disable();
   conn_->SetCallbacks(nullptr);
   return std::move(conn_);
 }
@@ -361,6 +412,17 @@ void ServerConnection::OnHead() {
       st.request_timer = conn_->dispatcher().CreateTimer([this] { OnRequestTimeout(); });
     }
     st.request_timer->Enable(config_->request_timeout_ms);
+  }
+  if (config_->max_stream_duration_ms) {
+    StreamState& st = state();
+    if (!st.duration_timer) {
+      st.duration_timer = conn_->dispatcher().CreateTimer([this] { OnMaxStreamDuration(); });
+    }
+    st.duration_timer->Enable(config_->max_stream_duration_ms);
+  }
+  if (config_->headers_with_underscores != HttpConfig::Underscores::kAllow &&
+      !CheckUnderscores(head)) {
+    return;
   }
   handler_ = factory_.CreateStream(*this);
   handler_->OnRequestHeaders(head, !request_has_body_);
@@ -575,6 +637,7 @@ void ServerConnection::EndStream() {
   conn_->dispatcher().AddPending(-1);
   EndUpgrade();
   DisableRequestTimer();
+  DisableDurationTimer();
   if (handler_) conn_->dispatcher().DeferredDelete(std::move(handler_));
   upstream_backpressure_ = false;
 }
@@ -686,7 +749,9 @@ void ServerConnection::Close(bool flush) {
   stats_.downstream_cx_active.Dec();
   timer_.Disable();
   DisableRequestTimer();
+  DisableDurationTimer();
   if (resume_timer_) resume_timer_->Disable();
+  if (duration_timer_) duration_timer_->Disable();
   if (stream_active_) {
     LogStream();
     stream_active_ = false;

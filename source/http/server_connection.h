@@ -100,6 +100,9 @@ class ServerConnection : public DownstreamConnection,
   Http1Parser& parser();  // created when a request starts
   void ReleaseParserIfIdle();
   void OnRequestTimeout();
+  void OnMaxStreamDuration();
+  // headers_with_underscores_action: false when the request was refused (answered already).
+  bool CheckUnderscores(RequestHead& head);
   void ResumeSoon();
   // Writes the stream's access log lines (the stream is ending; its handler still exists).
   void LogStream();
@@ -116,7 +119,8 @@ class ServerConnection : public DownstreamConnection,
   std::unique_ptr<StreamHandler> handler_;
   // Idle / request headers timeout without a stream; stream idle timeout with one.
   MemberTimer<ServerConnection, &ServerConnection::OnTimer> timer_;
-  std::unique_ptr<Timer> resume_timer_;  // see ResumeSoon; created when first needed
+  std::unique_ptr<Timer> resume_timer_;    // see ResumeSoon; created when first needed
+  std::unique_ptr<Timer> duration_timer_;  // max_connection_duration; only when configured
   // This stream's idle timeout (the listener's, or the route's), in ms; 32 bits (49 days) keep
   // the connection object small.
   uint32_t stream_idle_ms_ = 0;
@@ -129,6 +133,7 @@ class ServerConnection : public DownstreamConnection,
   StreamState& state();
   StreamInfo& info();
   void DisableRequestTimer();
+  void DisableDurationTimer();
   // The client's address without the port (in_addr or in6_addr by peer_family_); remote_ip()
   // formats it for each request's x-forwarded-for.
   uint8_t peer_family_ = 0;

@@ -659,6 +659,10 @@ std::vector<StatEntry> Admin::CollectStats(bool used_only) const {
     RPX_HTTP_STAT(downstream_cx_upgrades_total)
     RPX_HTTP_STAT(downstream_cx_upgrades_active)
     RPX_HTTP_STAT(downstream_rq_ws_on_non_ws_route)
+    RPX_HTTP_STAT(downstream_cx_max_duration_reached)
+    RPX_HTTP_STAT(downstream_rq_max_duration_reached)
+    RPX_HTTP_STAT(requests_rejected_with_underscores_in_headers)
+    RPX_HTTP_STAT(dropped_headers_with_underscores)
     RPX_HTTP_STAT(downstream_cx_http2_total)
     RPX_HTTP_STAT(downstream_cx_http2_active)
     // Envoy's http2.* codec stats, under the connection manager's prefix.

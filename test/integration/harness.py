@@ -32,6 +32,14 @@ import threading
 import time
 import unittest
 
+try:  # Debian python3-h2: only the HTTP/2 tests need it (H2Client)
+    import h2.config
+    import h2.connection
+    import h2.events
+    import h2.settings
+except ImportError:
+    h2 = None
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 
@@ -2058,6 +2066,126 @@ def dns_resolver_config(port, use_tcp=False, no_search=True):
             "dns_resolver_options": options,
         },
     }
+
+
+# ---------------------------------------------------------------------------------------------
+# HTTP/2: a scripted client (python3-h2's state machine over a plain socket)
+# ---------------------------------------------------------------------------------------------
+
+H2_WAIT = 10.0
+
+
+class H2Client(object):
+    """A scripted HTTP/2 client over a plain socket (python3-h2's state machine). `window`: the
+    initial stream window it announces; `validate=False` lets it send what HTTP/2 forbids (for
+    the hardening cases). Responses are collected per stream id in `responses`; a GOAWAY from
+    rpx lands in `goaway`, the socket's EOF sets `closed`."""
+
+    def __init__(self, port, window=None, validate=True):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=H2_WAIT)
+        cfg = h2.config.H2Configuration(client_side=True, header_encoding="utf-8",
+                                        validate_outbound_headers=validate,
+                                        normalize_outbound_headers=validate,
+                                        validate_inbound_headers=False)
+        self.conn = h2.connection.H2Connection(config=cfg)
+        self.conn.initiate_connection()
+        if window is not None:
+            self.conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: window})
+        self.flush()
+        self.events = []
+        self.responses = {}  # stream id -> {"headers":[], "data":bytearray, "ended":bool, ...}
+        self.goaway = None
+        self.closed = False
+        self.auto_ack = True
+
+    def flush(self):
+        data = self.conn.data_to_send()
+        if data:
+            self.sock.sendall(data)
+
+    def request(self, path, method="GET", headers=(), body=None, end=True, authority="example"):
+        sid = self.conn.get_next_available_stream_id()
+        hdrs = [(":method", method), (":path", path), (":scheme", "http"),
+                (":authority", authority)] + list(headers)
+        self.conn.send_headers(sid, hdrs, end_stream=end and body is None)
+        if body is not None:
+            self.send_body(sid, body, end=end)
+        self.flush()
+        self.responses[sid] = {"headers": None, "data": bytearray(), "ended": False,
+                               "reset": None, "trailers": None}
+        return sid
+
+    def send_body(self, sid, body, end=True):
+        # Within the server's windows: wait for WINDOW_UPDATEs as needed.
+        view = memoryview(body)
+        while view:
+            room = min(self.conn.local_flow_control_window(sid), self.conn.max_outbound_frame_size)
+            if room <= 0:
+                self.read_some()
+                continue
+            self.conn.send_data(sid, bytes(view[:room]))
+            view = view[room:]
+            self.flush()
+        if end:
+            self.conn.end_stream(sid)
+            self.flush()
+
+    def read_some(self):
+        try:
+            data = self.sock.recv(65536)
+        except socket.timeout:
+            raise AssertionError("no data from rpx within %ss" % H2_WAIT)
+        if not data:
+            self.closed = True
+            return False
+        for ev in self.conn.receive_data(data):
+            self.events.append(ev)
+            sid = getattr(ev, "stream_id", None)
+            r = self._entry(sid) if sid else None
+            if isinstance(ev, h2.events.ResponseReceived):
+                r["headers"] = dict(ev.headers)
+                r["header_list"] = list(ev.headers)
+            elif isinstance(ev, h2.events.TrailersReceived):
+                r["trailers"] = dict(ev.headers)
+            elif isinstance(ev, h2.events.DataReceived):
+                r["data"] += ev.data
+                if self.auto_ack:
+                    self.conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
+            elif isinstance(ev, h2.events.StreamEnded):
+                r["ended"] = True
+            elif isinstance(ev, h2.events.StreamReset):
+                if r is not None:
+                    r["reset"] = ev.error_code
+            elif isinstance(ev, h2.events.ConnectionTerminated):
+                self.goaway = ev
+        self.flush()
+        return True
+
+    def wait(self, predicate):
+        deadline = time.time() + H2_WAIT
+        while not predicate():
+            if time.time() > deadline:
+                raise AssertionError("condition not met within %ss" % H2_WAIT)
+            if not self.read_some():
+                if predicate():
+                    return
+                raise AssertionError("rpx closed the connection")
+
+    def _entry(self, sid):
+        return self.responses.setdefault(sid, {"headers": None, "data": bytearray(),
+                                               "ended": False, "reset": None, "trailers": None})
+
+    def response(self, sid):
+        r = self._entry(sid)
+        self.wait(lambda: r["ended"] or r["reset"] is not None)
+        return r
+
+    def close(self):
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
 
 
 class IntegrationTestCase(unittest.TestCase):
