@@ -184,9 +184,10 @@ struct Http2ServerConnection::Callbacks {
     return 0;
   }
 
-  // A HEADERS frame on a stream id at or below the highest one the client has used, for a stream
-  // that is not open (it was closed, or implicitly closed by a higher id), is a connection error
-  // (RFC 9113 5.1.1); nghttp2 would only ignore it.
+  // HEADERS on a stream id at or below the highest one the client has opened, for a stream that
+  // is no longer open (closed, or implicitly closed by a higher id), is a connection error (RFC
+  // 9113 5.1.1). nghttp2 keeps no closed streams here (see the options), so it would only ignore
+  // it. (DATA on such a stream never reaches a callback: nghttp2 drops it unread.)
   static int OnBeginFrame(nghttp2_session* session, const nghttp2_frame_hd* hd, void* user) {
     auto* c = static_cast<Http2ServerConnection*>(user);
     if (hd->type != NGHTTP2_HEADERS || hd->stream_id <= 0) return 0;
@@ -361,6 +362,9 @@ Http2ServerConnection::Http2ServerConnection(std::unique_ptr<Connection> conn,
   nghttp2_option_new(&opt);
   // The window opens as the handler takes the data (Stream::OnRequestData), not as it arrives.
   nghttp2_option_set_no_auto_window_update(opt, 1);
+  // Closed streams are not kept for RFC 7540's priority tree (deprecated by RFC 9113): with
+  // them, a long-lived connection's memory grew with every request it had served.
+  nghttp2_option_set_no_closed_streams(opt, 1);
   nghttp2_option_set_max_outbound_ack(opt, o.max_outbound_control_frames);
   nghttp2_option_set_max_deflate_dynamic_table_size(opt, o.hpack_table_size);
   nghttp2_session_server_new2(&session_, Callbacks::Get(), this, opt);
@@ -467,6 +471,7 @@ void Http2ServerConnection::OnData(Buffer& in) {
   in_recv_ = false;
   if (closed_) return;
   in.Clear();
+  in.ReleaseIfEmpty();  // its block goes back to the pool: an idle h2 connection holds none
   if (rv < 0) {
     RPX_LOG(kDebug, "downstream %s: HTTP/2 connection error: %s", peer_.ToString(),
             nghttp2_strerror(static_cast<int>(rv)));
@@ -742,6 +747,7 @@ void Http2ServerConnection::Stream::DeliverRequestData() {
     size_t n = held_.size();
     std::string chunk(held_.data(), n);  // the handler may re-enter and append to held_
     held_.Drain(n);
+    held_.ReleaseIfEmpty();
     active()->OnRequestData(chunk.data(), n, false);
     if (!closed_) nghttp2_session_consume(parent_.session_, id_, n);
   }

@@ -795,8 +795,11 @@ bool ServerConnection::peer_certificate_validated() const {
 void ServerConnection::OnEvent(ConnectionEvent event) {
   if (event == ConnectionEvent::kConnected) {
     OnTransportConnected();
-    if (!conn_->plaintext() && config_->codec != HttpConfig::Codec::kHttp1 &&
-        static_cast<const TlsTransport&>(conn_->transport()).alpn() == "h2") {
+    // HTTP2 is spoken whatever ALPN said (as Envoy does); AUTO follows ALPN.
+    if (!conn_->plaintext() &&
+        (config_->codec == HttpConfig::Codec::kHttp2 ||
+         (config_->codec == HttpConfig::Codec::kAuto &&
+          static_cast<const TlsTransport&>(conn_->transport()).alpn() == "h2"))) {
       preface_checked_ = true;
       SwitchToHttp2();
     }

@@ -318,6 +318,7 @@ Worker::Http1Connection::Http1Connection(ActiveListener& listener, size_t chain,
 bool Worker::Http1Connection::SwitchToHttp2() {
   ActiveListener& l = listener_;
   std::shared_ptr<const HttpConfig> config = http_config();
+  bool drain = draining();
   HttpStats& st = stats();
   StreamHandlerFactory& f = factory();
   SocketAddress peer = peer_address();
@@ -331,6 +332,9 @@ bool Worker::Http1Connection::SwitchToHttp2() {
   l.connections.Add(h2);
   d.DeferredDelete(std::unique_ptr<DeferredDeletable>(static_cast<ServerConnection*>(this)));
   h2->Start();  // the preface and what followed it are in the connection's read buffer
+  // A drain that began before the client's first bytes: it gets GOAWAY once its first streams
+  // are in (they are served, as an HTTP/1.1 client's first request would be).
+  if (drain) h2->CloseWhenIdle();
   return true;
 }
 

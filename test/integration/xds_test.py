@@ -9,7 +9,9 @@ ACK of the new version before looking at traffic. Every test runs once per proto
 
 import http.client
 import json
+import re
 import socket
+import subprocess
 import threading
 import time
 import unittest
@@ -162,6 +164,32 @@ class XdsTests(object):
     def test_xds_cluster_found_by_dns_name(self):
         self.start_all(("A",), xds_by_dns_name=True)
         self.assertEqual(self.served_by("/by-name"), "A")
+
+    # -- 1b
+    def test_route_changes_under_h2_load_fail_no_stream(self):
+        """h2load keeps 4 HTTP/2 connections x 8 streams busy while the route flips between two
+        clusters four times: every stream gets a 2xx, and both clusters serve."""
+        self.start_all(("A", "B"))
+        load = subprocess.Popen(["h2load", "-c", "4", "-m", "8", "-D", "8", self.url("/load")],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self.addCleanup(lambda: load.poll() is None and load.kill())
+        wait_until(lambda: len(self.up["A"].requests) > 50, timeout=10, what="load on A")
+        for target in ("B", "A", "B", "A"):
+            mark = self.update(routes=[self.main_routes(target)])
+            self.wait_ack("RDS", mark)
+            wait_until(lambda: any(r["path"] == "/load" for r in self.up[target].requests[-5:]),
+                       timeout=10, what="load on %s" % target)
+        out, _ = load.communicate(timeout=60)
+        out = out.decode("utf-8", "replace")
+        m = re.search(r"requests: (\d+) total, \d+ started, (\d+) done, (\d+) succeeded, "
+                      r"(\d+) failed, (\d+) errored", out)
+        self.assertIsNotNone(m, out)
+        done, failed, errored = int(m.group(2)), int(m.group(4)), int(m.group(5))
+        self.assertGreater(done, 0, out)
+        self.assertEqual((failed, errored), (0, 0), out)
+        # (h2load's 2xx count can differ from "done" by the streams cut at the deadline.)
+        self.assertRegex(out, r"status codes: \d+ 2xx, 0 3xx, 0 4xx, 0 5xx")
+        self.assertGreater(len(self.up["B"].requests), 0)
 
     # -- 2
     def test_route_change_is_applied(self):
