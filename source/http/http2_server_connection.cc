@@ -427,29 +427,26 @@ void Http2ServerConnection::UpdateIdleTimer() {
   }
 }
 
+void Http2ServerConnection::SendGoaway() {
+  if (goaway_sent_) return;
+  goaway_sent_ = true;
+  nghttp2_submit_goaway(session_, NGHTTP2_FLAG_NONE,
+                        nghttp2_session_get_last_proc_stream_id(session_), NGHTTP2_NO_ERROR,
+                        nullptr, 0);
+  SendPending();
+}
+
 void Http2ServerConnection::OnIdleTimeout() {
   if (active_streams_ != 0 || closed_) return;
   stats_.downstream_cx_idle_timeout.Inc();
-  if (!goaway_sent_) {
-    goaway_sent_ = true;
-    nghttp2_submit_goaway(session_, NGHTTP2_FLAG_NONE,
-                          nghttp2_session_get_last_proc_stream_id(session_), NGHTTP2_NO_ERROR,
-                          nullptr, 0);
-  }
-  SendPending();
+  SendGoaway();
   Close(true);
 }
 
 void Http2ServerConnection::CloseWhenIdle() {
   if (drain_ || closed_) return;
   drain_ = true;
-  if (!goaway_sent_) {
-    goaway_sent_ = true;
-    nghttp2_submit_goaway(session_, NGHTTP2_FLAG_NONE,
-                          nghttp2_session_get_last_proc_stream_id(session_), NGHTTP2_NO_ERROR,
-                          nullptr, 0);
-  }
-  SendPending();
+  SendGoaway();
   if (!closed_ && active_streams_ == 0) Close(true);
 }
 

@@ -70,6 +70,8 @@ class Http2ServerConnection : public DownstreamConnection {
   // close once it is written.
   void ConnectionError(uint32_t error, Counter* stat);
   void OnIdleTimeout();
+  // GOAWAY (NO_ERROR) naming the last stream rpx has seen: those still finish. Once.
+  void SendGoaway();
   void StreamClosed(Stream* s);
   void UpdateIdleTimer();
 

@@ -92,11 +92,11 @@ ServerConnection::ServerConnection(std::unique_ptr<Connection> conn,
   conn_->SetCallbacks(this);
   if (config_->idle_timeout_ms) timer_.Enable(config_->idle_timeout_ms);
   if (config_->max_connection_duration_ms) {
-    duration_timer_ = conn_->dispatcher().CreateTimer([this] {
+    rare().duration = conn_->dispatcher().CreateTimer([this] {
       stats_.downstream_cx_max_duration_reached.Inc();
       CloseWhenIdle();
     });
-    duration_timer_->Enable(config_->max_connection_duration_ms);
+    rare_->duration->Enable(config_->max_connection_duration_ms);
   }
   stats_.downstream_cx_total.Inc();
   stats_.downstream_cx_active.Inc();
@@ -275,7 +275,7 @@ std::unique_ptr<Connection> ServerConnection::TakeConnection() {
   closed_ = true;
   stats_.downstream_cx_active.Dec();
   timer_.Disable();
-  if (duration_timer_) duration_timer_->Disable();
+  if (rare_ && rare_->duration) rare_->duration->Disable();
   conn_->SetCallbacks(nullptr);
   return std::move(conn_);
 }
@@ -618,8 +618,9 @@ void ServerConnection::SendLocalReply(int status, std::string_view body,
 void ServerConnection::ResumeSoon() {
   // Outside the upstream's callbacks, so the upstream connection that just finished is back in
   // its pool before the next request looks for one.
-  if (!resume_timer_) resume_timer_ = conn_->dispatcher().CreateTimer([this] { ProcessInput(); });
-  resume_timer_->Enable(0);
+  RareTimers& t = rare();
+  if (!t.resume) t.resume = conn_->dispatcher().CreateTimer([this] { ProcessInput(); });
+  t.resume->Enable(0);
 }
 
 void ServerConnection::EndUpgrade() {
@@ -750,8 +751,8 @@ void ServerConnection::Close(bool flush) {
   timer_.Disable();
   DisableRequestTimer();
   DisableDurationTimer();
-  if (resume_timer_) resume_timer_->Disable();
-  if (duration_timer_) duration_timer_->Disable();
+  if (rare_ && rare_->resume) rare_->resume->Disable();
+  if (rare_ && rare_->duration) rare_->duration->Disable();
   if (stream_active_) {
     LogStream();
     stream_active_ = false;

@@ -119,8 +119,17 @@ class ServerConnection : public DownstreamConnection,
   std::unique_ptr<StreamHandler> handler_;
   // Idle / request headers timeout without a stream; stream idle timeout with one.
   MemberTimer<ServerConnection, &ServerConnection::OnTimer> timer_;
-  std::unique_ptr<Timer> resume_timer_;    // see ResumeSoon; created when first needed
-  std::unique_ptr<Timer> duration_timer_;  // max_connection_duration; only when configured
+  // Timers most connections never need, behind one pointer (an idle connection stays small):
+  // ResumeSoon's, and max_connection_duration's. Created when first needed.
+  struct RareTimers {
+    std::unique_ptr<Timer> resume;
+    std::unique_ptr<Timer> duration;
+  };
+  std::unique_ptr<RareTimers> rare_;
+  RareTimers& rare() {
+    if (!rare_) rare_ = std::make_unique<RareTimers>();
+    return *rare_;
+  }
   // This stream's idle timeout (the listener's, or the route's), in ms; 32 bits (49 days) keep
   // the connection object small.
   uint32_t stream_idle_ms_ = 0;

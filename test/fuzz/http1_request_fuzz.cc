@@ -24,6 +24,7 @@
 #include "source/event/dispatcher.h"
 #include "source/http/http1_parser.h"
 #include "source/http/server_connection.h"
+#include "test/fuzz/event_loop.h"
 #include "test/fuzz/fuzz_common.h"
 #include "test/fuzz/http1_feed.h"
 
@@ -164,26 +165,6 @@ void CheckSameTranscript(const Transcript& a, const Transcript& b, const std::ve
 }
 
 // ---- ServerConnection over a socketpair ----
-
-Dispatcher& Loop() {
-  static Dispatcher* d = new Dispatcher("fuzz");
-  return *d;
-}
-
-// One pass of the event loop that never blocks (a posted no-op wakes epoll_wait): fires due
-// timers (zero-delay ones included), flushes writes and runs deferred deletions.
-void Turn() {
-  Dispatcher& d = Loop();
-  d.Post([] {});
-  bool ran = false;
-  d.RunUntil(
-      [&ran] {
-        bool r = ran;
-        ran = true;
-        return r;
-      },
-      1000);
-}
 
 enum class Mode {
   kLocalReply,    // SendLocalReply at the head (direct response, redirect, error)
@@ -383,15 +364,6 @@ void CheckOutput(const std::string& out, const std::vector<std::string>& methods
   // client as interim, and the next response then answers the wrong request.
   if (rec.interim > continues) std::fprintf(stderr, "rpx wrote:\n%s\n", out.c_str());
   FUZZ_CHECK(rec.interim <= continues);
-}
-
-void DrainPeer(int fd, std::string* out) {
-  char buf[16384];
-  for (;;) {
-    ssize_t n = read(fd, buf, sizeof(buf));
-    if (n <= 0) return;
-    out->append(buf, n);
-  }
 }
 
 // Records the close (the hook a ServerConnection's owner overrides).

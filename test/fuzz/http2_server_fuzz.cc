@@ -22,31 +22,12 @@
 
 #include "source/event/dispatcher.h"
 #include "source/http/http2_server_connection.h"
+#include "test/fuzz/event_loop.h"
 #include "test/fuzz/fuzz_common.h"
 
 namespace rpx {
 namespace fuzz {
 namespace {
-
-Dispatcher& Loop() {
-  static Dispatcher* d = new Dispatcher("fuzz");
-  return *d;
-}
-
-// One pass of the event loop that never blocks: fires due timers, flushes writes and runs
-// deferred deletions.
-void Turn() {
-  Dispatcher& d = Loop();
-  d.Post([] {});
-  bool ran = false;
-  d.RunUntil(
-      [&ran] {
-        bool r = ran;
-        ran = true;
-        return r;
-      },
-      1000);
-}
 
 enum class Mode {
   kLocalReply,    // SendLocalReply at the head (a direct response, an error)
@@ -224,15 +205,6 @@ class ClosedFlagConnection : public Http2ServerConnection {
   void OnClosed() override { *closed_ = true; }
   bool* closed_;
 };
-
-void DrainPeer(int fd, std::string* out) {
-  char buf[16384];
-  for (;;) {
-    ssize_t n = read(fd, buf, sizeof(buf));
-    if (n <= 0) return;
-    out->append(buf, n);
-  }
-}
 
 // rpx's output: a SETTINGS frame first, then whole frames of known types (the last one may be
 // cut short by a close).
