@@ -10,6 +10,7 @@
 #
 # Options: RUNS (3), DURATION (8, seconds), ROWS ("small-c50m10 small-c400m1 page-c50m10"),
 # PROXIES ("rpx nginx haproxy h2o"), ORIGIN (lean|nginx), RPX_BIN, ORIGIN_BIN, PROXY_CPU (1),
+# SKIP_INSTALL (0; 1: never apt-get a missing tool),
 # OUT_DIR (bench/results), OUT_NAME (h2-latest.md), IDLE_CONNS (2000; 0 = skip the memory per idle
 # h2 connection). Rows: PAYLOAD-cCONNS mSTREAMS, PAYLOAD small
 # (29 B) or page (16 KB).
@@ -36,9 +37,19 @@ ulimit -n "$NOFILE"
 
 log() { echo "[h2bench $(date +%H:%M:%S)] $*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
-for t in h2load nginx haproxy h2o taskset curl; do
-  command -v "$t" >/dev/null || die "$t is missing (bash tools/setup.sh installs it)"
+# h2o (a peer only here) is installed on demand, as bench/run.sh does for its tools, and not by
+# tools/setup.sh: its package starts a server on port 80 where systemd runs.
+missing=()
+for t in h2load:nghttp2-client nginx:nginx-light haproxy:haproxy h2o:h2o taskset:util-linux curl:curl; do
+  command -v "${t%%:*}" >/dev/null || missing+=("${t#*:}")
 done
+if [ ${#missing[@]} -gt 0 ]; then
+  [ "${SKIP_INSTALL:-0}" != 1 ] || die "missing: ${missing[*]} (SKIP_INSTALL=1)"
+  log "installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null ||
+    die "could not install ${missing[*]}"
+fi
 [ -x "$RPX_BIN" ] || die "no rpx at $RPX_BIN (bazel build //source/exe:rpx)"
 [ "$ORIGIN" != lean ] || [ -x "$ORIGIN_BIN" ] || die "no origin at $ORIGIN_BIN (bazel build //bench:origin)"
 

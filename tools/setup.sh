@@ -15,6 +15,7 @@ PKGS=(
   libgtest-dev libgmock-dev libbenchmark-dev
   # integration tests
   curl python3 python3-protobuf python3-prometheus-client python3-websockets python3-websocket procps iproute2 slowhttptest
+  nghttp2-client python3-h2 python3-grpcio
   openssl sslscan testssl.sh
   # benchmark
   nginx-light haproxy wrk util-linux
