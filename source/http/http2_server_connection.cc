@@ -789,8 +789,9 @@ void Http2ServerConnection::Stream::EncodeHeaders(ResponseHead& head, bool end_s
   CountResponseStart(head.status);
   if (config.record_response_headers)
     info_.response_headers = std::make_unique<HeaderMap>(head.headers);
-  char status[4];
-  snprintf(status, sizeof(status), "%03d", head.status % 1000);
+  int code = head.status % 1000;  // >= 200 here
+  char status[3] = {static_cast<char>('0' + code / 100), static_cast<char>('0' + code / 10 % 10),
+                    static_cast<char>('0' + code % 10)};
   std::string length;
   std::vector<nghttp2_nv> nva;
   nva.reserve(head.headers.size() + 3);

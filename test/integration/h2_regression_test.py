@@ -74,33 +74,40 @@ class H2RegressionTest(IntegrationTestCase):
         except OSError:
             return False
 
-    def _drain_until_end(self, c):
-        """Reads until rpx ends the connection: returns the GOAWAY error code or None (a close
-        without one). Frames the client's state machine cannot follow (the cases send what it
-        would not) are skipped: only a GOAWAY or the EOF matters here."""
+    def _frames(self, c, what):
+        """Yields (type, flags, stream id, payload) for each frame rpx sends until the socket's
+        EOF (or a reset). Read raw: the cases send what the client's state machine would not,
+        so it cannot follow them."""
         c.sock.settimeout(WAIT)
         buf = b""
         while True:
             try:
                 data = c.sock.recv(65536)
             except ConnectionResetError:
-                return None
+                return
             except socket.timeout:
-                raise AssertionError("rpx did not end the connection within %ss" % WAIT)
+                raise AssertionError("%s within %ss" % (what, WAIT))
             if not data:
-                return None
+                return
             buf += data
             while len(buf) >= 9:
                 length = int.from_bytes(buf[:3], "big")
                 if len(buf) < 9 + length:
                     break
-                ftype, payload = buf[3], buf[9:9 + length]
+                sid = struct.unpack(">I", buf[5:9])[0] & 0x7FFFFFFF
+                yield buf[3], buf[4], sid, buf[9:9 + length]
                 buf = buf[9 + length:]
-                if ftype == 7:  # GOAWAY
-                    code = struct.unpack(">I", payload[4:8])[0]
-                    # A graceful GOAWAY may be followed by streams finishing; an error one ends it.
-                    if code != 0:
-                        return code
+
+    def _drain_until_end(self, c):
+        """Reads until rpx ends the connection: returns the GOAWAY error code or None (a close
+        without one). A graceful GOAWAY may be followed by streams finishing; an error one ends
+        it."""
+        for ftype, _, _, payload in self._frames(c, "rpx did not end the connection"):
+            if ftype == 7:  # GOAWAY
+                code = struct.unpack(">I", payload[4:8])[0]
+                if code != 0:
+                    return code
+        return None
 
     def expect_connection_end(self, c, error_code=None):
         code = self._drain_until_end(c)
@@ -123,35 +130,17 @@ class H2RegressionTest(IntegrationTestCase):
         """For a stream opened with raw frames (the client's state machine does not know it):
         the :status rpx answered it with, "reset" for an RST_STREAM, or None if rpx ended the
         connection."""
-        c.sock.settimeout(WAIT)
-        buf = b""
-        while True:
-            try:
-                data = c.sock.recv(65536)
-            except ConnectionResetError:
+        for ftype, _, fsid, payload in self._frames(c, "no answer on stream %d" % sid):
+            if ftype == 1:  # HEADERS: rpx sends no padding or priority
+                fields = dict(c.conn.decoder.decode(payload))
+                if fsid == sid:
+                    status = fields.get(b":status", fields.get(":status"))
+                    return status.decode() if isinstance(status, bytes) else status
+            elif ftype == 3 and fsid == sid:
+                return "reset"
+            elif ftype == 7:
                 return None
-            except socket.timeout:
-                raise AssertionError("no answer on stream %d within %ss" % (sid, WAIT))
-            if not data:
-                return None
-            buf += data
-            while len(buf) >= 9:
-                length = int.from_bytes(buf[:3], "big")
-                if len(buf) < 9 + length:
-                    break
-                ftype, flags = buf[3], buf[4]
-                fsid = struct.unpack(">I", buf[5:9])[0] & 0x7FFFFFFF
-                payload = buf[9:9 + length]
-                buf = buf[9 + length:]
-                if ftype == 1:  # HEADERS: rpx sends no padding or priority
-                    fields = dict(c.conn.decoder.decode(payload))
-                    if fsid == sid:
-                        status = fields.get(b":status", fields.get(":status"))
-                        return status.decode() if isinstance(status, bytes) else status
-                elif ftype == 3 and fsid == sid:
-                    return "reset"
-                elif ftype == 7:
-                    return None
+        return None
 
     def rss_kib(self):
         with open("/proc/%d/status" % self.proxy.proc.pid) as f:
