@@ -792,9 +792,11 @@ void Http2ServerConnection::Stream::EncodeHeaders(ResponseHead& head, bool end_s
   int code = head.status % 1000;  // >= 200 here
   char status[3] = {static_cast<char>('0' + code / 100), static_cast<char>('0' + code / 10 % 10),
                     static_cast<char>('0' + code % 10)};
-  std::string length;
-  std::vector<nghttp2_nv> nva;
-  nva.reserve(head.headers.size() + 3);
+  // nghttp2 copies the fields when the response is submitted: one array per thread serves every
+  // response, so encoding one allocates nothing once it has grown.
+  static thread_local std::vector<nghttp2_nv> nva;
+  nva.clear();
+  char length[24];
   nva.push_back(Nv(":status", std::string_view(status, 3)));
   bool write_server = config.server_header == HttpConfig::ServerHeader::kOverwrite;
   bool has_server = false;
@@ -811,8 +813,9 @@ void Http2ServerConnection::Stream::EncodeHeaders(ResponseHead& head, bool end_s
     nva.push_back(Nv("server", config.server_name));
   }
   if (head.has_content_length && !(StatusHasNoBody(head.status) && head.status != 304)) {
-    length = std::to_string(head.content_length);
-    nva.push_back(Nv("content-length", length));
+    int n = snprintf(length, sizeof(length), "%llu",
+                     static_cast<unsigned long long>(head.content_length));
+    nva.push_back(Nv("content-length", std::string_view(length, n)));
   } else if (end_stream && !StatusHasNoBody(head.status) && !response_no_body_ &&
              !head.headers.Get("grpc-status")) {
     nva.push_back(Nv("content-length", "0"));

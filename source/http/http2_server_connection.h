@@ -50,8 +50,6 @@ class Http2ServerConnection : public DownstreamConnection {
   void OnEvent(ConnectionEvent event) override;
   void OnBelowWriteLowWatermark() override;
 
-  size_t active_streams() const { return active_streams_; }
-
  protected:
   Connection& connection() { return *conn_; }
 
