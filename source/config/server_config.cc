@@ -520,9 +520,40 @@ void Builder::BuildCluster(const Cluster& c, const std::string& path, ServerConf
     info->auto_sni = up.auto_sni();
     info->auto_san_validation = up.auto_san_validation();
     info->override_auto_sni_header = absl::AsciiStrToLower(up.override_auto_sni_header());
-    if (opts.explicit_http_config().has_http2_protocol_options()) info->http2 = true;
+    using Opts = envoy::extensions::upstreams::http::v3::HttpProtocolOptions;
+    switch (opts.upstream_protocol_options_case()) {
+      case Opts::kExplicitHttpConfig: {
+        const auto& e = opts.explicit_http_config();
+        if (e.has_http2_protocol_options()) {
+          info->protocol = ClusterInfo::Protocol::kHttp2;
+          BuildHttp2Options(e.http2_protocol_options(),
+                            kp + ".explicit_http_config.http2_protocol_options",
+                            &info->http2_options);
+        }
+        break;
+      }
+      case Opts::kAutoConfig: {
+        const auto& a = opts.auto_config();
+        info->protocol = ClusterInfo::Protocol::kAuto;
+        if (a.has_http2_protocol_options()) {
+          BuildHttp2Options(a.http2_protocol_options(), kp + ".auto_config.http2_protocol_options",
+                            &info->http2_options);
+        }
+        break;
+      }
+      case Opts::kUseDownstreamProtocolConfig:
+        Error(kp + ".use_downstream_protocol_config",
+              "is not supported (use explicit_http_config or auto_config)");
+        break;
+      default:
+        break;
+    }
   }
-  if (c.has_http2_protocol_options()) info->http2 = true;
+  if (c.has_http2_protocol_options()) {
+    info->protocol = ClusterInfo::Protocol::kHttp2;
+    BuildHttp2Options(c.http2_protocol_options(), path + ".http2_protocol_options",
+                      &info->http2_options);
+  }
   if (c.has_transport_socket()) {
     UpstreamTransport(c.transport_socket(), path + ".transport_socket", info.get(),
                       &info->transport);
@@ -1392,6 +1423,10 @@ bool Builder::UpstreamTransport(const envoy::config::core::v3::TransportSocket& 
   }
   if (secrets.sds_missing) return true;  // built once the secrets arrive
   KeepSpokenAlpn(&o);
+  // What the cluster speaks decides what it offers (Envoy overrides the context's list too):
+  // h2 alone, or h2 with HTTP/1.1 for auto_config, which then speaks what the server picked.
+  if (info->protocol == ClusterInfo::Protocol::kHttp2) o.alpn = {"h2"};
+  if (info->protocol == ClusterInfo::Protocol::kAuto) o.alpn = {"h2", "http/1.1"};
   auto context = TlsContext::Create(o);
   if (!context.ok()) {
     errors_->push_back(absl::StrCat(options_.source, ": ", context.status().message()));
@@ -1896,7 +1931,7 @@ bool BuildServerConfig(const envoy::config::bootstrap::v3::Bootstrap& bootstrap,
         b.Error(where + ".grpc_services[0].envoy_grpc.cluster_name",
                 absl::StrCat("no static cluster named '", cluster_name, "'"));
       }
-    } else if (!it->second.info->http2) {
+    } else if (!it->second.info->http2()) {
       b.Error(where,
               absl::StrCat("cluster '", cluster_name,
                            "' must enable HTTP/2 (explicit_http_config.http2_protocol_options), "
@@ -1927,14 +1962,6 @@ bool BuildServerConfig(const envoy::config::bootstrap::v3::Bootstrap& bootstrap,
       }
       out->xds.grpc_targets[cluster_name] = target;
       if (cluster_name == out->xds.cluster) out->xds.target = target;
-    }
-  }
-  if (out->xds.has_ads_config) xds_clusters.emplace(out->xds.cluster, "");
-  for (const auto& [name, entry] : out->clusters) {
-    if (entry.info->http2 && !xds_clusters.count(name)) {
-      b.Error(absl::StrCat("cluster '", name, "'"),
-              "HTTP/2 upstreams are not implemented yet (only xDS clusters may set "
-              "http2_protocol_options)");
     }
   }
 

@@ -144,9 +144,6 @@ const std::set<std::string>& Supported() {
       "envoy.config.cluster.v3.Cluster.eds_cluster_config",
       "envoy.config.cluster.v3.Cluster.EdsClusterConfig.eds_config",
       "envoy.config.cluster.v3.Cluster.EdsClusterConfig.service_name",
-      "envoy.config.cluster.v3.Cluster.http2_protocol_options",
-      "envoy.extensions.upstreams.http.v3.HttpProtocolOptions.ExplicitHttpConfig."
-      "http2_protocol_options",
       "envoy.config.bootstrap.v3.Bootstrap.StaticResources.listeners",
       "envoy.config.bootstrap.v3.Bootstrap.StaticResources.clusters",
       "envoy.config.bootstrap.v3.Admin.address",
@@ -614,6 +611,14 @@ const std::set<std::string>& Supported() {
       "envoy.config.core.v3.UpstreamHttpProtocolOptions.override_auto_sni_header",
       "envoy.extensions.upstreams.http.v3.HttpProtocolOptions.ExplicitHttpConfig."
       "http_protocol_options",
+      "envoy.config.cluster.v3.Cluster.http2_protocol_options",
+      "envoy.extensions.upstreams.http.v3.HttpProtocolOptions.ExplicitHttpConfig."
+      "http2_protocol_options",
+      "envoy.extensions.upstreams.http.v3.HttpProtocolOptions.auto_config",
+      "envoy.extensions.upstreams.http.v3.HttpProtocolOptions.AutoHttpConfig."
+      "http_protocol_options",
+      "envoy.extensions.upstreams.http.v3.HttpProtocolOptions.AutoHttpConfig."
+      "http2_protocol_options",
   };
   return *s;
 }

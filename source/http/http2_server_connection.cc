@@ -54,6 +54,7 @@ class Http2ServerConnection::Stream : public ResponseEncoder, public DeferredDel
   // ResponseEncoder
   void EncodeHeaders(ResponseHead& head, bool end_stream) override;
   void EncodeData(const char* data, size_t len, bool end_stream) override;
+  void EncodeTrailers(const HeaderMap& trailers) override;
   void Encode100Continue() override;
   void SendLocalReply(int status, std::string_view body, const HeaderMap* extra_headers,
                       std::string_view content_type) override;
@@ -118,6 +119,7 @@ class Http2ServerConnection::Stream : public ResponseEncoder, public DeferredDel
   std::string cookies_;  // cookie fields joined ("; ") for HTTP/1 upstreams (RFC 9113 8.2.3)
   Buffer response_;      // response body not yet framed
   Buffer held_;          // request body received while the handler asked not to read
+  std::unique_ptr<HeaderMap> trailers_;  // sent after the last of response_ (gRPC's status)
   MemberTimer<Stream, &Stream::OnIdleTimeout> idle_timer_;
   std::unique_ptr<Timer> request_timer_;
   std::unique_ptr<Timer> duration_timer_;  // max_stream_duration
@@ -854,11 +856,42 @@ void Http2ServerConnection::Stream::EncodeData(const char* data, size_t len, boo
   parent_.SendPending();
 }
 
+void Http2ServerConnection::Stream::EncodeTrailers(const HeaderMap& trailers) {
+  if (closed_ || response_end_) return;
+  if (response_no_body_) {
+    // The response already ended with its headers: there is nowhere to put trailers.
+    handler_done_ = true;
+    return;
+  }
+  trailers_ = std::make_unique<HeaderMap>();
+  for (const auto& f : trailers) {
+    if (!IsConnectionSpecific(f.name) && !f.name.empty() && f.name[0] != ':') {
+      trailers_->Add(f.name, f.value);
+    }
+  }
+  if (trailers_->empty()) trailers_.reset();
+  response_end_ = true;
+  handler_done_ = true;
+  nghttp2_session_resume_data(parent_.session_, id_);
+  parent_.SendPending();
+}
+
 ssize_t Http2ServerConnection::Stream::ReadResponse(size_t max, uint32_t* flags) {
   size_t n = std::min(max, response_.size());
   if (n == 0 && !response_end_) return NGHTTP2_ERR_DEFERRED;
   if (n > 0) *flags |= NGHTTP2_DATA_FLAG_NO_COPY;
-  if (response_end_ && n == response_.size()) *flags |= NGHTTP2_DATA_FLAG_EOF;
+  if (response_end_ && n == response_.size()) {
+    *flags |= NGHTTP2_DATA_FLAG_EOF;
+    if (trailers_) {
+      std::vector<nghttp2_nv> nva;
+      nva.reserve(trailers_->size());
+      for (const auto& f : *trailers_) nva.push_back(Nv(f.name, f.value));
+      if (nghttp2_submit_trailer(parent_.session_, id_, nva.data(), nva.size()) == 0) {
+        *flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
+      }
+      trailers_.reset();
+    }
+  }
   return static_cast<ssize_t>(n);
 }
 

@@ -37,11 +37,12 @@ class RouterStream final : public StreamHandler, public PoolCallbacks, public Re
   void OnDownstreamReset() override;
   void OnDownstreamWatermark(bool above) override;
   // PoolCallbacks
-  void OnPoolReady(UpstreamClient& client) override;
+  void OnPoolReady(UpstreamStream& client) override;
   void OnPoolFailure(PoolFailure reason, const std::string& detail) override;
   // ResponseDecoder
   void OnResponseHeaders(ResponseHead& head, bool end_stream) override;
   void OnResponseData(const char* data, size_t len, bool end_stream) override;
+  void OnResponseTrailers(HeaderMap& trailers) override;
   void OnUpstreamReset(UpstreamResetReason reason, const std::string& detail) override;
   void OnUpstreamWriteWatermark(bool above) override;
   Connection* SpliceTarget() override { return done_ ? nullptr : encoder_.SpliceTarget(); }
@@ -104,7 +105,7 @@ class RouterStream final : public StreamHandler, public PoolCallbacks, public Re
   WorkerCluster* cluster_ = nullptr;
   ConnPool* pool_ = nullptr;
   ConnPool::Pending* pending_ = nullptr;
-  UpstreamClient* client_ = nullptr;
+  UpstreamStream* client_ = nullptr;
   Buffer body_;  // request body received before the upstream connection was ready
   MemberTimer<RouterStream, &RouterStream::OnRouteTimeout> route_timer_{router_.dispatcher(), this};
   bool route_timer_started_ = false;
@@ -115,6 +116,8 @@ class RouterStream final : public StreamHandler, public PoolCallbacks, public Re
   bool upgrade_ = false;            // the upgrade is allowed and was asked of the upstream
   bool tunnel_ = false;             // the upstream switched protocols (101)
   bool upstream_timed_ = false;     // upstream_rq_time recorded
+  bool refused_resent_ = false;     // a stream the upstream refused was sent again (once)
+  bool replay_held_ = false;        // ... with the body held for retries
   uint64_t upstream_start_ms_ = 0;  // the dispatcher's clock when the upstream request began
   // Retries: allocated only for requests a retry policy (or x-envoy-retry-on) covers, so the
   // others pay one null check.
@@ -437,7 +440,7 @@ void RouterStream::OnRequestData(const char* data, size_t len, bool end_stream) 
   }
 }
 
-void RouterStream::OnPoolReady(UpstreamClient& client) {
+void RouterStream::OnPoolReady(UpstreamStream& client) {
   pending_ = nullptr;
   client_ = &client;
   if (router_.config().record_upstream_local_address) {
@@ -448,7 +451,7 @@ void RouterStream::OnPoolReady(UpstreamClient& client) {
     head_->headers.Set("x-envoy-attempt-count", std::to_string(attempt()));
   }
   client.StartRequest(this, *head_);
-  if (retries_ && retries_->state->attempt() > 1 && !retries_->held.empty()) {
+  if (retries_ && (retries_->state->attempt() > 1 || replay_held_) && !retries_->held.empty()) {
     // A retry: first what the earlier attempts sent.
     bool end = request_complete_ && body_.empty();
     client.SendData(retries_->held.data(), retries_->held.size(), end);
@@ -649,7 +652,7 @@ void RouterStream::OnAttemptTimeout() {
   if (client_) {
     client_->host_stats().rq_timeout.Inc();
     ReportOutcome(pool_->cluster(), client_->host(), 0);
-    UpstreamClient* c = client_;
+    UpstreamStream* c = client_;
     client_ = nullptr;
     c->Reset();
   }
@@ -711,7 +714,7 @@ void RouterStream::OnResponseHeaders(ResponseHead& head, bool end_stream) {
     r.timer.Disable();  // per_try_timeout: this attempt answered
     ReleaseRetrySlot();
     if (s != 101 && MaybeRetry(r.state->RetriableResponse(s, head.headers))) {
-      UpstreamClient* c = client_;  // the answer is dropped; the retry replaces it
+      UpstreamStream* c = client_;  // the answer is dropped; the retry replaces it
       client_ = nullptr;
       if (c) c->Reset();
       return;
@@ -762,7 +765,28 @@ void RouterStream::OnResponseData(const char* data, size_t len, bool end_stream)
   encoder_.EncodeData(data, len, end_stream);
 }
 
+void RouterStream::OnResponseTrailers(HeaderMap& trailers) {
+  if (done_) return;
+  RecordUpstreamTime();
+  client_ = nullptr;
+  done_ = true;
+  Cleanup();
+  encoder_.EncodeTrailers(trailers);
+}
+
 void RouterStream::OnUpstreamReset(UpstreamResetReason reason, const std::string& detail) {
+  if (reason == UpstreamResetReason::kRefusedStream && !done_ && !refused_resent_ && pool_ &&
+      !encoder_.response_started() &&
+      (!head_->has_body() || (retries_ && retries_->body_whole && !retries_->backing_off))) {
+    // The upstream did not process it (REFUSED_STREAM, or above a GOAWAY's last stream id): sent
+    // again once, on another connection (the refusing one takes no new stream), as Envoy does.
+    refused_resent_ = true;
+    replay_held_ = retries_ != nullptr;
+    client_ = nullptr;
+    upstream_start_ms_ = router_.dispatcher().NowMs();
+    pending_ = pool_->NewStream(*this);
+    return;
+  }
   // The client is still alive here (it is what reports the reset); a reset is the host's error.
   if (client_ && !done_) {
     client_->host_stats().rq_error.Inc();
@@ -821,7 +845,7 @@ void RouterStream::Cleanup() {
     pending_ = nullptr;
   }
   if (client_) {
-    UpstreamClient* c = client_;
+    UpstreamStream* c = client_;
     client_ = nullptr;
     c->Reset();
   }

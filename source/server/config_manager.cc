@@ -283,10 +283,6 @@ std::string ConfigManager::ApplyClusters(const XdsResourceMap& resources,
       for (auto& m : build_errors) errors.push_back(m.substr(m.find(path)));
       continue;
     }
-    if (e.info->http2) {
-      errors.push_back(absl::StrCat(path, ": HTTP/2 upstreams are not implemented yet"));
-      continue;
-    }
     if (c.type() == envoy::config::cluster::v3::Cluster::EDS && xds_) {
       // Its endpoints come from EDS: that source must be (or become) EDS's one source.
       XdsSource src;

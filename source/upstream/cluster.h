@@ -16,6 +16,7 @@
 
 #include "source/common/histogram.h"
 #include "source/common/stats.h"
+#include "source/http/http_config.h"
 #include "source/network/address.h"
 #include "source/network/socket_option.h"
 #include "source/tls/tls_context.h"
@@ -199,6 +200,10 @@ struct alignas(64) ClusterStats {
   Counter upstream_cx_max_requests;
   Counter upstream_cx_destroy_remote;
   Counter upstream_cx_overflow;
+  Counter upstream_cx_http1_total;
+  Counter upstream_cx_http2_total;
+  Counter upstream_cx_close_notify;    // HTTP/2 GOAWAY received (Connection: close, for HTTP/1)
+  Counter upstream_cx_protocol_error;  // the upstream broke HTTP/2 (the connection closed)
   Counter upstream_rq_total;
   Gauge upstream_rq_active;
   Counter upstream_rq_pending_total;
@@ -336,7 +341,12 @@ struct ClusterInfo {
   std::string name;
   bool eds = false;              // hosts come from EDS
   std::string eds_service_name;  // the ClusterLoadAssignment name to ask for
-  bool http2 = false;            // configured for HTTP/2 (only the xDS cluster may be)
+  // What its connections speak: explicit_http_config (http_protocol_options or
+  // http2_protocol_options), or auto_config (h2 when TLS ALPN picks it, else HTTP/1.1).
+  enum class Protocol { kHttp1, kHttp2, kAuto };
+  Protocol protocol = Protocol::kHttp1;
+  bool http2() const { return protocol != Protocol::kHttp1; }
+  Http2Options http2_options;  // for h2 connections (max_concurrent_streams, windows, HPACK)
   LbPolicy lb_policy = LbPolicy::kRoundRobin;
   // RING_HASH: ring_hash_lb_config's sizes; MAGLEV: maglev_lb_config.table_size (a prime).
   uint64_t ring_min_size = 1024, ring_max_size = 8 * 1024 * 1024;

@@ -1,12 +1,19 @@
-// ConnPool: the HTTP/1.1 connection pool for one upstream host on one worker. Bounded: it opens a
-// connection only when the cluster-wide max_connections allows (ClusterResources), reuses idle
-// keep-alive connections (most recently used first), queues at most max_pending_requests waiters
-// and refuses the rest at once (overflow). Idle connections close after idle_timeout; a connection
-// closes after max_requests_per_connection requests.
+// ConnPool: the connections to one upstream host on one worker, whatever protocol they speak.
+// Bounded: it opens a connection only when the cluster-wide max_connections allows
+// (ClusterResources), puts new streams on the connections it has while they have room (most
+// recently used first), queues at most max_pending_requests waiters and refuses the rest at once
+// (overflow). Idle connections close after idle_timeout; a connection takes no new stream after
+// max_requests_per_connection streams.
+//
+// A connection is a PoolClient: Http1Client (source/upstream/http1_client.h, one request at a
+// time) or Http2Client (http2_client.h, many streams at once, as many as the peer's
+// SETTINGS_MAX_CONCURRENT_STREAMS and the cluster's max_concurrent_streams allow). The pool knows
+// only how many streams each carries and may carry; every change of a client's state goes through
+// one function (ConnPool::SetState), which keeps each client in the list of its state.
 //
 // Threading: everything here runs on the owning worker's dispatcher. Ownership: the pool owns its
-// UpstreamClients; a caller owns its PoolCallbacks object and must Cancel() a pending request it
-// abandons.
+// clients; a caller owns its PoolCallbacks object and must Cancel() a pending request it
+// abandons, and Reset() a stream it abandons.
 #pragma once
 
 #include <cstdint>
@@ -21,29 +28,32 @@
 #include "source/common/buffer.h"
 #include "source/event/dispatcher.h"
 #include "source/http/headers.h"
-#include "source/http/http1_parser.h"
 #include "source/network/connection.h"
-#include "source/network/splice.h"
 #include "source/tls/tls_transport.h"
 #include "source/upstream/cluster.h"
 
 namespace rpx {
 
 class ConnPool;
-class UpstreamClient;
+class PoolClient;
 
 enum class PoolFailure { kOverflow, kConnectFailure, kConnectTimeout, kDraining };
-enum class UpstreamResetReason { kConnectionClosed, kProtocolError, kLocalReset };
+// kRefusedStream: the upstream refused the stream before processing it (HTTP/2 REFUSED_STREAM, or
+// above a GOAWAY's last stream id): safe to send again.
+enum class UpstreamResetReason { kConnectionClosed, kProtocolError, kLocalReset, kRefusedStream };
 
-// Receives the response of one request sent through an UpstreamClient.
+// Receives the response of one request sent through an UpstreamStream.
 class ResponseDecoder {
  public:
   virtual ~ResponseDecoder() = default;
   virtual void OnResponseHeaders(ResponseHead& head, bool end_stream) = 0;
   virtual void OnResponseData(const char* data, size_t len, bool end_stream) = 0;
+  // The response ends with trailers (HTTP/2 upstreams; gRPC's grpc-status lives here).
+  virtual void OnResponseTrailers(HeaderMap& trailers) { OnResponseData(nullptr, 0, true); }
   // The response broke off or was malformed. `detail` says what happened, for the local reply.
   virtual void OnUpstreamReset(UpstreamResetReason reason, const std::string& detail) = 0;
-  // The upstream connection's write buffer crossed the high (true) / low (false) watermark.
+  // The upstream connection's write buffer (HTTP/1) or the stream's unsent body (HTTP/2) crossed
+  // the high (true) / low (false) watermark.
   virtual void OnUpstreamWriteWatermark(bool above) = 0;
   // Zero-copy: the downstream connection the rest of a Content-Length body may be spliced into
   // (after the head it already holds), or nullptr to receive the body through OnResponseData.
@@ -52,88 +62,85 @@ class ResponseDecoder {
   virtual void OnResponseDataSpliced(uint64_t bytes) {}
 };
 
+// One request on an upstream connection, as the router sees it: the HTTP/1 connection itself, or
+// one stream of an HTTP/2 one. Valid from OnPoolReady until the response ends (the decoder's
+// end_stream or OnUpstreamReset) or Reset().
+class UpstreamStream {
+ public:
+  // Starts the request; `decoder` receives the response and must outlive it (or call Reset()).
+  virtual void StartRequest(ResponseDecoder* decoder, const RequestHead& head) = 0;
+  virtual void SendData(const char* data, size_t len, bool end_stream) = 0;
+  // Abandons the request: the decoder gets no more calls.
+  virtual void Reset() = 0;
+  // Stops (true) or resumes (false) reading the response: downstream backpressure.
+  virtual void ReadDisable(bool disable) = 0;
+  virtual PoolClient& client() = 0;
+  const Host& host();
+  HostStats& host_stats();
+  int fd();
+
+ protected:
+  ~UpstreamStream() = default;
+};
+
 class PoolCallbacks {
  public:
   virtual ~PoolCallbacks() = default;
-  virtual void OnPoolReady(UpstreamClient& client) = 0;
+  virtual void OnPoolReady(UpstreamStream& stream) = 0;
   virtual void OnPoolFailure(PoolFailure reason, const std::string& detail) = 0;
 };
 
-// One keep-alive HTTP/1.1 connection to an upstream host, carrying one request at a time. After a
-// 101 to an upgrade request it becomes a tunnel: bytes pass as they are in both directions, the
-// upstream's EOF ends the response, SendData(end_stream) closes it, and it is never reused.
-class UpstreamClient : public ConnectionCallbacks,
-                       public Http1ParserCallbacks,
-                       public SplicerCallbacks,
-                       public DeferredDeletable {
+// One upstream connection in a pool. The pool decides its state; the protocol client tells the
+// pool what happened (connected, a stream ended, the connection closed, no more streams).
+class PoolClient : public ConnectionCallbacks, public DeferredDeletable {
  public:
-  UpstreamClient(ConnPool& pool, std::unique_ptr<Connection> conn);
-  ~UpstreamClient() override;
+  // kIdle: no stream, may take one. kActive: some streams, room for more. kBusy: as many streams
+  // as it may carry. kDraining: streams left, takes no new one (GOAWAY, max_requests, the pool is
+  // draining, the response said Connection: close). kClosed: gone (deleted deferred).
+  enum class State : uint8_t { kConnecting, kIdle, kActive, kBusy, kDraining, kClosed };
 
-  // Starts a request; `decoder` receives the response and must outlive it (or call Reset()).
-  void StartRequest(ResponseDecoder* decoder, const RequestHead& head);
-  void SendData(const char* data, size_t len, bool end_stream);
-  // Abandons the request in flight. If the request was sent whole and nothing is being spliced,
-  // the connection stays open for a short while to read and discard the response, and goes back
-  // to the pool if that response ends in time (HAProxy does the same: without it, a thousand
-  // clients hanging up mean a thousand new upstream connections at once). Otherwise, or if the
-  // response is too large or late, it is closed.
-  void Reset();
-  void ReadDisable(bool disable) { conn_->ReadDisable(disable); }
+  PoolClient(ConnPool& pool, std::unique_ptr<Connection> conn, uint32_t stream_limit);
+  ~PoolClient() override;
+
+  State state() const { return state_; }
+  uint32_t active_streams() const { return active_; }
   const Host& host() const;
-  int fd() const { return conn_->fd(); }
   HostStats& host_stats();
+  int fd() const { return conn_->fd(); }
 
-  // ConnectionCallbacks
-  void OnData(Buffer& in) override;
-  void OnEvent(ConnectionEvent event) override;
-  void OnAboveWriteHighWatermark() override;
-  void OnBelowWriteLowWatermark() override;
-  // Http1ParserCallbacks
-  void OnHead() override;
-  void OnBody(const char* data, size_t len) override;
-  void OnMessageComplete() override;
-  // SplicerCallbacks
-  void OnSpliceProgress(uint64_t bytes) override;
-  void OnSpliceDone() override;
-  void OnSpliceFailed(const std::string& detail) override;
-
- private:
+ protected:
   friend class ConnPool;
-  void MaybeSplice();
-  enum class State { kConnecting, kIdle, kBusy, kClosed };
-  void ParseResponse();
-  void ReleaseAfterResponse(bool stray_bytes);
-  void Fail(UpstreamResetReason reason, const std::string& detail);
-  // Closes the connection of the request in flight (ending any discard) and hands it back.
-  void CloseBusy();
+  // A new stream for the pool's next waiter (the pool has counted it in active_).
+  virtual UpstreamStream& NewStream() = 0;
+  // The connection's timer fired in a state the pool does not handle (connecting, idle).
+  virtual void OnTimer() {}
+  // The pool closes this connection (idle timeout, drain, shutdown); no stream is open.
+  virtual void CloseIdle() { conn_->Close(Connection::CloseType::kNoFlush, false); }
 
   ConnPool& pool_;
   std::unique_ptr<Connection> conn_;
-  Http1Parser parser_;
-  State state_ = State::kConnecting;
-  ResponseDecoder* decoder_ = nullptr;
-  bool request_chunked_ = false;
-  bool request_complete_ = false;
-  bool response_complete_ = false;
-  bool response_keep_alive_ = true;
-  bool response_headers_sent_ = false;
-  bool upgrade_requested_ = false;  // the request asked to switch protocols
-  bool tunnel_ = false;             // ... and the upstream agreed (101): raw bytes both ways
-  bool unexpected_101_ = false;
-  bool discarding_ = false;  // reading an abandoned request's response (see Reset)
-  uint64_t discarded_bytes_ = 0;
-  uint32_t requests_ = 0;
-  uint64_t created_ms_ = 0;  // the dispatcher's clock at connect(2), for the cx histograms
-  // Connect timeout while connecting, idle timeout while idle, discard deadline while discarding.
+  // Connect timeout while connecting, idle timeout while idle; the protocol's own use otherwise.
   std::unique_ptr<Timer> timer_;
-  std::unique_ptr<Splicer> splicer_;  // moving the rest of a large body (see MaybeSplice)
-  std::list<UpstreamClient*>::iterator pos_;
+  uint64_t created_ms_ = 0;  // the dispatcher's clock at connect(2), for the cx histograms
+  uint32_t limit_;           // streams it may carry at once
+  uint32_t active_ = 0;      // streams in flight (counted by the pool)
+  uint32_t streams_ = 0;     // streams it ever carried (max_requests_per_connection)
+  bool closing_ = false;     // takes no new stream; closes after the last one
+  bool closed_ = false;      // the socket is closed (the client ended its streams first)
+
+ private:
+  State state_ = State::kConnecting;
+  std::list<PoolClient*>::iterator pos_;
 };
+
+inline const Host& UpstreamStream::host() { return client().host(); }
+inline HostStats& UpstreamStream::host_stats() { return client().host_stats(); }
+inline int UpstreamStream::fd() { return client().fd(); }
 
 class ConnPool {
  public:
   class Pending;
+  using State = PoolClient::State;
   // `auto_sni`: this pool's TLS connections send it as their SNI (a cluster with auto_sni has a
   // pool per host and SNI; see WorkerCluster::PoolForSni).
   ConnPool(Dispatcher& dispatcher, std::shared_ptr<const ClusterInfo> cluster,
@@ -145,11 +152,16 @@ class ConnPool {
   // queues the request and returns a handle to Cancel() it with.
   Pending* NewStream(PoolCallbacks& callbacks);
   void Cancel(Pending* pending);
-  // Stops using this pool: idle connections close now, busy ones after their request.
+  // Stops using this pool: idle connections close now, the others after their last stream.
   void Drain();
-  bool idle() const { return busy_.empty() && connecting_.empty() && pending_.empty(); }
-  size_t active_requests() const { return busy_.size() + pending_.size(); }
-  size_t connection_count() const { return idle_.size() + busy_.size() + connecting_.size(); }
+  bool idle() const {
+    return active_.empty() && busy_.empty() && draining_.empty() && connecting_.empty() &&
+           pending_.empty();
+  }
+  size_t active_requests() const { return streams_active_ + pending_.size(); }
+  size_t connection_count() const {
+    return idle_.size() + active_.size() + busy_.size() + draining_.size() + connecting_.size();
+  }
   // Closes one idle connection to free a cluster slot; returns false if there was none.
   bool CloseOneIdle();
   const Host& host() const { return *host_; }
@@ -173,17 +185,36 @@ class ConnPool {
     starved_cb_ = std::move(starved);
   }
 
- private:
-  friend class UpstreamClient;
-  bool TryCreateConnection();
-  void OnConnected(UpstreamClient* c);
-  // A TLS connection's handshake is done: counts it.
+  // From the clients (their protocol events).
+  // The connection (and its TLS handshake) is up. An auto_config client whose ALPN picked h2
+  // hands its connection to an Http2Client first (see SwitchToHttp2).
+  void OnConnected(PoolClient* c);
   void OnTlsConnected(TlsTransport& tls);
-  void OnConnectFailed(UpstreamClient* c, PoolFailure reason, const std::string& detail);
-  void OnRequestDone(UpstreamClient* c, bool reusable);
-  void OnClientClosed(UpstreamClient* c);
+  void OnConnectFailed(PoolClient* c, PoolFailure reason, const std::string& detail);
+  // One of c's streams ended. `reusable` false: the connection takes no more streams (it closes
+  // after its last one; now, for HTTP/1).
+  void OnStreamDone(PoolClient* c, bool reusable);
+  // c's socket closed (its streams, if any, were ended first).
+  void OnClientClosed(PoolClient* c);
+  // c takes no new stream (GOAWAY from the upstream), or may carry a different number at once
+  // (the peer's SETTINGS).
+  void OnClientChanged(PoolClient* c) { Settle(c); }
+  // A connection closed with streams open, each reset before it (Http2Client).
+  void CountRemoteDestroy() { stats_.upstream_cx_destroy_remote.Inc(); }
+
+ private:
+  // The one place a client changes state: moves it to the list of `to`. kClosed releases its
+  // cluster slot and deletes it (deferred); the idle timer runs only in kIdle.
+  void SetState(PoolClient* c, State to);
+  // Puts c where its facts say (streams, limit, closing, closed): closes a closing client with
+  // no stream left, gives waiters the room it has, and otherwise parks it.
+  void Settle(PoolClient* c);
+  std::list<PoolClient*>& ListOf(State s);
+  bool TryCreateConnection();
+  // c (connecting, HTTP/1 with auto_config) negotiated h2: an Http2Client takes its socket.
+  PoolClient* SwitchToHttp2(PoolClient* c);
   // A client's connection is gone: the active gauges and the lifetime histogram.
-  void CxClosed(UpstreamClient* c);
+  void CxClosed(PoolClient* c);
   // The cluster's counters and the host's move together.
   void RqStarted() {
     stats_.upstream_rq_total.Inc();
@@ -195,11 +226,13 @@ class ConnPool {
     stats_.upstream_cx_connect_fail.Inc();
     host_stats_->cx_connect_fail.Inc();
   }
-  // Gives the first pending request client `c`, moving it from list `from` (its current one) to
-  // busy_.
-  void Attach(UpstreamClient* c, std::list<UpstreamClient*>& from);
+  // Starts a stream on c (which has room) for `callbacks`.
+  void Attach(PoolClient* c, PoolCallbacks& callbacks);
+  // Gives waiters the room the connections have, then opens connections for the rest.
   void ServePending();
   void SetStarved(bool starved);
+  // Streams the connections still connecting will take.
+  size_t connecting_capacity() const { return connecting_streams_; }
 
   Dispatcher& dispatcher_;
   std::shared_ptr<const ClusterInfo> cluster_;
@@ -214,13 +247,17 @@ class ConnPool {
   const ClusterInfo::Transport& transport_;
   std::string sni_;          // sent on TLS connections (transport_.sni, or the auto_sni one)
   std::string verify_name_;  // auto_san_validation: the name the certificate must be valid for
-  std::list<UpstreamClient*> idle_, busy_, connecting_;  // owned (deleted via the dispatcher)
+  // Owned (deleted via the dispatcher), one list per state, most recently used first.
+  std::list<PoolClient*> connecting_, idle_, active_, busy_, draining_;
+  size_t connecting_streams_ = 0;  // sum of the connecting clients' limits
+  size_t streams_active_ = 0;      // streams in flight on all clients
   std::list<std::unique_ptr<Pending>> pending_;
   std::unique_ptr<Timer> retry_timer_;
   std::function<bool(ConnPool*)> reclaim_;
   std::function<void()> starved_cb_;
   bool starved_ = false;
-  bool draining_ = false;
+  bool draining_pool_ = false;
+  bool serving_ = false;             // inside ServePending
   int deferred_connect_errors_ = 0;  // connect() failed at once; failed from the retry timer
   std::string deferred_error_;       // why, when not the socket's fault
   bool bind_error_logged_ = false;   // a refused upstream_bind_config was logged
@@ -229,7 +266,8 @@ class ConnPool {
   SSL_SESSION* tls_session_ = nullptr;
 };
 
-inline HostStats& UpstreamClient::host_stats() { return pool_.host_stats(); }
+inline HostStats& PoolClient::host_stats() { return pool_.host_stats(); }
+inline const Host& PoolClient::host() const { return pool_.host(); }
 
 class ConnPool::Pending {
  public:

@@ -479,10 +479,42 @@ static_resources:)");
   EXPECT_EQ(c.xds.cluster, "web");
 }
 
-TEST(ServerConfigTest, Http2OnlyForTheXdsCluster) {
+TEST(ServerConfigTest, UpstreamProtocolFromHttpProtocolOptions) {
+  ServerConfig c;
+  std::vector<std::string> errors;
+  ASSERT_TRUE(Build(kGood, &c, &errors)) << ::testing::PrintToString(errors);
+  EXPECT_EQ(c.clusters.at("web").info->protocol, ClusterInfo::Protocol::kHttp1);
+
+  ServerConfig h2;
+  ASSERT_TRUE(Build(Replace(kGood, "explicit_http_config: {http_protocol_options: {}}",
+                            "explicit_http_config: {http2_protocol_options: "
+                            "{max_concurrent_streams: 7, initial_stream_window_size: 70000}}"),
+                    &h2, &errors))
+      << ::testing::PrintToString(errors);
+  const ClusterInfo& info = *h2.clusters.at("web").info;
+  EXPECT_EQ(info.protocol, ClusterInfo::Protocol::kHttp2);
+  EXPECT_EQ(info.http2_options.max_concurrent_streams, 7u);
+  EXPECT_EQ(info.http2_options.initial_stream_window_size, 70000u);
+
+  ServerConfig autoc;
+  ASSERT_TRUE(Build(Replace(kGood, "explicit_http_config: {http_protocol_options: {}}",
+                            "auto_config: {http2_protocol_options: {max_concurrent_streams: 3}}"),
+                    &autoc, &errors))
+      << ::testing::PrintToString(errors);
+  EXPECT_EQ(autoc.clusters.at("web").info->protocol, ClusterInfo::Protocol::kAuto);
+  EXPECT_EQ(autoc.clusters.at("web").info->http2_options.max_concurrent_streams, 3u);
+}
+
+TEST(ServerConfigTest, BadUpstreamHttp2OptionsNameTheField) {
   std::string e = OnlyError(Replace(kGood, "explicit_http_config: {http_protocol_options: {}}",
-                                    "explicit_http_config: {http2_protocol_options: {}}"));
-  EXPECT_THAT(e, HasSubstr("HTTP/2 upstreams are not implemented yet"));
+                                    "explicit_http_config: {http2_protocol_options: "
+                                    "{initial_stream_window_size: 100}}"));
+  EXPECT_THAT(e, HasSubstr("explicit_http_config.http2_protocol_options."
+                           "initial_stream_window_size"));
+  EXPECT_THAT(e, HasSubstr("must be within [65535, 2147483647]"));
+  e = OnlyError(Replace(kGood, "explicit_http_config: {http_protocol_options: {}}",
+                        "use_downstream_protocol_config: {}"));
+  EXPECT_THAT(e, HasSubstr("use_downstream_protocol_config"));
 }
 
 TEST(ServerConfigTest, RdsListenerAndEdsCluster) {

@@ -35,7 +35,9 @@ import unittest
 try:  # Debian python3-h2: only the HTTP/2 tests need it (H2Client)
     import h2.config
     import h2.connection
+    import h2.errors
     import h2.events
+    import h2.exceptions
     import h2.settings
 except ImportError:
     h2 = None
@@ -2197,6 +2199,201 @@ class H2Client(object):
         except OSError:
             pass
 
+
+
+class H2Origin(object):
+    """A scripted HTTP/2 origin (h2c with prior knowledge, or TLS with ALPN h2 when `ssl_context`
+    is given), python3-h2 on a thread per connection. By path:
+      /echo               200, a JSON body: the request's fields (pseudo-headers included, in
+                          order), body length and sha256, connection and stream numbers
+      /hold/N             answered (as /echo) once N /hold streams wait on the same connection
+      /bytes/N            N deterministic bytes (det_bytes), within the client's windows
+      /trailers           200, body "abc", then trailers grpc-status: 0, x-trailer: yes
+      /goaway             answered as /echo, then GOAWAY naming this stream as the last one
+      /refuse-once        the first such stream of the origin's life: RST_STREAM REFUSED_STREAM
+      /refuse             always RST_STREAM REFUSED_STREAM
+      /rst                headers, then RST_STREAM INTERNAL_ERROR
+    `max_streams` is announced as SETTINGS_MAX_CONCURRENT_STREAMS (streams beyond it are refused).
+    Counts: `connections`, `refused`,
+    `max_open` (most streams open at once on one connection), `requests` (paths seen)."""
+
+    def __init__(self, max_streams=100, ssl_context=None):
+        self.max_streams = max_streams
+        self.ssl_context = ssl_context
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.lock = threading.Lock()
+        self.connections = 0
+        self.max_open = 0
+        self.requests = []
+        self.refused_once = False
+        self.refused = 0  # streams refused for exceeding max_streams
+        self.errors = []  # why connections ended early (protocol errors, socket errors)
+        self.stopping = False
+        self.conns = []
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def stop(self):
+        self.stopping = True
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        for c in list(self.conns):
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+                c.close()
+            except OSError:
+                pass
+
+    def _accept(self):
+        while not self.stopping:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            if self.ssl_context is not None:
+                try:
+                    c = self.ssl_context.wrap_socket(c, server_side=True)
+                except (OSError, Exception):
+                    c.close()
+                    continue
+            with self.lock:
+                self.connections += 1
+                n = self.connections
+            self.conns.append(c)
+            threading.Thread(target=self._serve, args=(c, n), daemon=True).start()
+
+    def _serve(self, sock, conn_no):
+        cfg = h2.config.H2Configuration(client_side=False, header_encoding="utf-8",
+                                        validate_inbound_headers=False)
+        conn = h2.connection.H2Connection(config=cfg)
+        conn.local_settings = h2.settings.Settings(
+            client=False, initial_values={
+                h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: self.max_streams})
+        conn.initiate_connection()
+        # Announced above; enforced below as nghttp2 and nginx do, by refusing the excess streams
+        # (REFUSED_STREAM) rather than as python3-h2 would (ending the connection).
+        conn.local_settings = h2.settings.Settings(
+            client=False, initial_values={h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: 1 << 30})
+        streams = {}   # id -> {"headers": [...], "body": bytearray}
+        sends = {}     # id -> [bytes left, trailers or None]
+        holds = []
+        goaway_after = [None]
+        open_now = set()
+
+        def finish_send(sid):
+            data, trailers = sends[sid]
+            while data:
+                room = min(conn.local_flow_control_window(sid), conn.max_outbound_frame_size)
+                if room <= 0:
+                    return
+                conn.send_data(sid, data[:room])
+                data = data[room:]
+                sends[sid][0] = data
+            if trailers:
+                conn.send_headers(sid, trailers, end_stream=True)
+            else:
+                conn.end_stream(sid)
+            del sends[sid]
+            open_now.discard(sid)
+
+        def respond(sid, status=200, body=b"", headers=(), trailers=None):
+            hdrs = [(":status", str(status)), ("content-type", "application/json")]
+            if trailers is None:
+                hdrs.append(("content-length", str(len(body))))
+            conn.send_headers(sid, hdrs + list(headers))
+            sends[sid] = [body, trailers]
+            finish_send(sid)
+
+        def echo_body(sid):
+            st = streams[sid]
+            return json.dumps({"headers": st["headers"], "body_len": len(st["body"]),
+                               "body_sha256": hashlib.sha256(bytes(st["body"])).hexdigest(),
+                               "conn": conn_no, "stream": sid}).encode()
+
+        def handle(sid):
+            st = streams[sid]
+            path = dict(st["headers"]).get(":path", "")
+            with self.lock:
+                self.requests.append(path)
+            if path.startswith("/hold/"):
+                holds.append(sid)
+                if len(holds) >= int(path.split("/")[2]):
+                    for h in holds:
+                        respond(h, body=echo_body(h))
+                    del holds[:]
+            elif path.startswith("/bytes/"):
+                respond(sid, body=det_bytes(int(path.split("/")[2])))
+            elif path == "/trailers":
+                respond(sid, body=b"abc", trailers=[("grpc-status", "0"), ("x-trailer", "yes")])
+            elif path == "/goaway":
+                respond(sid, body=echo_body(sid))
+                goaway_after[0] = sid
+            elif path == "/refuse" or (path == "/refuse-once" and not self.refused_once):
+                self.refused_once = True
+                conn.reset_stream(sid, error_code=h2.errors.ErrorCodes.REFUSED_STREAM)
+                open_now.discard(sid)
+            elif path == "/rst":
+                conn.send_headers(sid, [(":status", "200")])
+                conn.reset_stream(sid, error_code=h2.errors.ErrorCodes.INTERNAL_ERROR)
+                open_now.discard(sid)
+            else:
+                respond(sid, body=echo_body(sid))
+
+        try:
+            sock.sendall(conn.data_to_send())
+            while not self.stopping:
+                data = sock.recv(65536)
+                if not data:
+                    break
+                for ev in conn.receive_data(data):
+                    if isinstance(ev, h2.events.RequestReceived):
+                        if len(open_now) >= self.max_streams:
+                            conn.reset_stream(ev.stream_id,
+                                              error_code=h2.errors.ErrorCodes.REFUSED_STREAM)
+                            with self.lock:
+                                self.refused += 1
+                            continue
+                        streams[ev.stream_id] = {"headers": [list(h) for h in ev.headers],
+                                                 "body": bytearray()}
+                        open_now.add(ev.stream_id)
+                        with self.lock:
+                            self.max_open = max(self.max_open, len(open_now))
+                    elif isinstance(ev, h2.events.DataReceived):
+                        if ev.stream_id in streams:
+                            streams[ev.stream_id]["body"] += ev.data
+                        conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
+                    elif isinstance(ev, h2.events.StreamEnded):
+                        if ev.stream_id in streams:
+                            handle(ev.stream_id)
+                    elif isinstance(ev, h2.events.StreamReset):
+                        open_now.discard(ev.stream_id)
+                        sends.pop(ev.stream_id, None)
+                        if ev.stream_id in holds:
+                            holds.remove(ev.stream_id)
+                    elif isinstance(ev, h2.events.WindowUpdated):
+                        for sid in list(sends):
+                            finish_send(sid)
+                    elif isinstance(ev, h2.events.ConnectionTerminated):
+                        self.stopping_conn = True
+                if goaway_after[0] is not None:
+                    conn.close_connection(last_stream_id=goaway_after[0])
+                    goaway_after[0] = None
+                out = conn.data_to_send()
+                if out:
+                    sock.sendall(out)
+        except (OSError, h2.exceptions.ProtocolError) as e:
+            self.errors.append(repr(e))
+        finally:
+            try:
+                sock.close()
+            except OSError:
+                pass
 
 
 class IntegrationTestCase(unittest.TestCase):

@@ -37,7 +37,7 @@ std::shared_ptr<const Host> MakeHost(uint16_t port) {
 // One request through the pool: records what happened.
 class TestRequest : public PoolCallbacks, public ResponseDecoder {
  public:
-  void OnPoolReady(UpstreamClient& client) override {
+  void OnPoolReady(UpstreamStream& client) override {
     ready = true;
     client_ = &client;
     RequestHead head;
@@ -74,7 +74,7 @@ class TestRequest : public PoolCallbacks, public ResponseDecoder {
   PoolFailure failure = PoolFailure::kOverflow;
   int status = 0;
   std::string body, detail;
-  UpstreamClient* client_ = nullptr;
+  UpstreamStream* client_ = nullptr;
   ConnPool::Pending* handle = nullptr;
 };
 
