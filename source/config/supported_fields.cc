@@ -72,6 +72,10 @@ const std::set<std::string>& Supported() {
       "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager."
       "UpgradeConfig.enabled",
       "envoy.config.route.v3.RouteAction.idle_timeout",
+      "envoy.config.route.v3.RouteAction.max_stream_duration",
+      "envoy.config.route.v3.RouteAction.MaxStreamDuration.max_stream_duration",
+      "envoy.config.route.v3.RouteAction.MaxStreamDuration.grpc_timeout_header_max",
+      "envoy.config.route.v3.RouteAction.MaxStreamDuration.grpc_timeout_header_offset",
       "envoy.config.route.v3.RouteAction.upgrade_configs",
       "envoy.config.route.v3.RouteAction.UpgradeConfig.upgrade_type",
       "envoy.config.route.v3.RouteAction.UpgradeConfig.enabled",

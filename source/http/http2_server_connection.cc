@@ -61,6 +61,7 @@ class Http2ServerConnection::Stream : public ResponseEncoder, public DeferredDel
   void ResetStream() override;
   void ReadDisable(bool disable) override;
   void SetStreamIdleTimeout(uint64_t ms) override;
+  void SetMaxStreamDuration(uint64_t ms) override;
   bool response_started() const override { return response_started_; }
   std::string remote_ip() const override;
   bool is_tls() const override { return !parent_.conn_->plaintext(); }
@@ -98,8 +99,9 @@ class Http2ServerConnection::Stream : public ResponseEncoder, public DeferredDel
   void OnIdleTimeout();
   void OnRequestTimeout();
   void OnMaxStreamDuration();
-  // Ends the stream on a timer: 408 before the response started, a reset after.
-  void TimeOut(const char* details, std::string_view body);
+  // Ends the stream on a timer: 408 before the response started (for gRPC, `grpc_status` if
+  // given), a reset after.
+  void TimeOut(const char* details, std::string_view body, int grpc_status = -1);
   void LogStream();
   FormatContext Context() const;
   // Ends the handler's part: it gets no more calls (it is deleted when the stream closes).
@@ -139,6 +141,7 @@ class Http2ServerConnection::Stream : public ResponseEncoder, public DeferredDel
   bool delivering_ = false;
   bool closed_ = false;
   bool counted_active_ = false;
+  int8_t grpc_status_ = -1;  // a local reply's grpc-status when not derived from its HTTP status
 };
 
 // nghttp2's callbacks, with the connection as user data.
@@ -984,7 +987,8 @@ void Http2ServerConnection::Stream::SendLocalReply(int status, std::string_view 
     // happened (Envoy's sendLocalReply for gRPC requests).
     head.status = 200;
     head.headers.Set("content-type", "application/grpc");
-    head.headers.Set("grpc-status", std::to_string(GrpcStatusFromHttp(status)));
+    head.headers.Set("grpc-status",
+                     std::to_string(grpc_status_ >= 0 ? grpc_status_ : GrpcStatusFromHttp(status)));
     std::string message = GrpcMessage(body);
     if (!message.empty()) head.headers.Set("grpc-message", message);
     EncodeHeaders(head, true);
@@ -1010,11 +1014,13 @@ void Http2ServerConnection::Stream::ResetStream() {
   parent_.SendPending();
 }
 
-void Http2ServerConnection::Stream::TimeOut(const char* details, std::string_view body) {
+void Http2ServerConnection::Stream::TimeOut(const char* details, std::string_view body,
+                                            int grpc_status) {
   if (active()) active()->OnDownstreamReset();
   ReleaseHandler();
   if (!response_started_) {
     info_.response_code_details = details;
+    grpc_status_ = static_cast<int8_t>(grpc_status);
     SendLocalReply(408, body, nullptr, "text/plain");
   } else {
     ResetStream();
@@ -1039,7 +1045,19 @@ void Http2ServerConnection::Stream::OnMaxStreamDuration() {
   if (closed_) return;
   parent_.stats_.downstream_rq_max_duration_reached.Inc();
   info_.response_flags |= kDurationTimeout;
-  TimeOut("max_duration_timeout", "downstream duration timeout\n");
+  TimeOut("max_duration_timeout", "downstream duration timeout\n", 4 /* DEADLINE_EXCEEDED */);
+}
+
+void Http2ServerConnection::Stream::SetMaxStreamDuration(uint64_t ms) {
+  if (closed_) return;
+  if (ms == 0) {
+    if (duration_timer_) duration_timer_->Disable();
+    return;
+  }
+  if (!duration_timer_) {
+    duration_timer_ = parent_.conn_->dispatcher().CreateTimer([this] { OnMaxStreamDuration(); });
+  }
+  duration_timer_->Enable(ms);
 }
 
 void Http2ServerConnection::Stream::OnClose(uint32_t error_code) {

@@ -227,6 +227,19 @@ void ServerConnection::OnMaxStreamDuration() {
   }
 }
 
+void ServerConnection::SetMaxStreamDuration(uint64_t ms) {
+  if (!stream_active_) return;
+  StreamState& st = state();
+  if (ms == 0) {
+    if (st.duration_timer) st.duration_timer->Disable();
+    return;
+  }
+  if (!st.duration_timer) {
+    st.duration_timer = conn_->dispatcher().CreateTimer([this] { OnMaxStreamDuration(); });
+  }
+  st.duration_timer->Enable(ms);
+}
+
 bool ServerConnection::CheckUnderscores(RequestHead& head) {
   auto has_underscore = [](const HeaderMap::Field& f) {
     return f.name.find('_') != std::string_view::npos;

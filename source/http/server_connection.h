@@ -54,6 +54,7 @@ class ServerConnection : public DownstreamConnection,
   void ResetStream() override;
   void ReadDisable(bool disable) override;
   void SetStreamIdleTimeout(uint64_t ms) override;
+  void SetMaxStreamDuration(uint64_t ms) override;
   Connection* SpliceTarget() override;
   void OnDataSpliced(uint64_t bytes) override;
   bool response_started() const override { return response_started_; }

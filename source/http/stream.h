@@ -44,6 +44,9 @@ class ResponseEncoder {
   // Overrides the listener's stream_idle_timeout for this stream (0 disables it); a route's
   // idle_timeout. Also bounds a tunnel's silence in both directions after an upgrade.
   virtual void SetStreamIdleTimeout(uint64_t ms) = 0;
+  // Overrides the connection manager's max_stream_duration for this stream, counted from now
+  // (the request head; 0 disables it): a route's max_stream_duration or a gRPC deadline.
+  virtual void SetMaxStreamDuration(uint64_t ms) {}
   // Zero-copy: the connection the rest of the response body may be spliced into, once the head
   // is encoded with a Content-Length (nullptr when it cannot: chunked, HEAD, TLS, a tunnel).
   virtual Connection* SpliceTarget() { return nullptr; }

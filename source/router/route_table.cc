@@ -254,6 +254,18 @@ absl::Status BuildAction(const Route& route, const FieldPath& path, RouteEntry* 
         r->has_idle_timeout = true;
         r->idle_timeout_ms = DurationMs(a.idle_timeout());
       }
+      if (a.has_max_stream_duration()) {
+        const auto& m = a.max_stream_duration();
+        if (m.has_max_stream_duration()) {
+          r->max_stream_duration_ms = DurationMs(m.max_stream_duration());
+        }
+        if (m.has_grpc_timeout_header_max()) {
+          r->grpc_timeout_header_max_ms = DurationMs(m.grpc_timeout_header_max());
+        }
+        if (m.has_grpc_timeout_header_offset()) {
+          r->grpc_timeout_header_offset_ms = DurationMs(m.grpc_timeout_header_offset());
+        }
+      }
       for (int i = 0; i < a.hash_policy_size(); ++i) {
         const auto& hp = a.hash_policy(i);
         FieldPath hpp(ap, "hash_policy", i);

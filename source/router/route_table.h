@@ -148,6 +148,12 @@ struct RouteEntry {
   // idle_timeout: overrides the listener's stream_idle_timeout for this route (0: disabled).
   bool has_idle_timeout = false;
   uint64_t idle_timeout_ms = 0;
+  // max_stream_duration: the stream's limit from its request head (0 disables the connection
+  // manager's), and for gRPC requests the grpc-timeout header's value capped at
+  // grpc_timeout_header_max (0: uncapped) less grpc_timeout_header_offset.
+  std::optional<uint64_t> max_stream_duration_ms;
+  std::optional<uint64_t> grpc_timeout_header_max_ms;
+  uint64_t grpc_timeout_header_offset_ms = 0;
   std::vector<HashPolicyEntry> hash_policies;
   // retry_policy: the route's, else its virtual host's (Envoy: the route's replaces it whole).
   std::shared_ptr<const RetryPolicy> retry;

@@ -21,6 +21,33 @@
 namespace rpx {
 namespace {
 
+// A grpc-timeout value (gRPC's PROTOCOL-HTTP2: up to 8 digits and a unit of H, M, S, m, u or n)
+// in milliseconds, rounded up; nullopt when malformed.
+std::optional<uint64_t> GrpcTimeoutMs(std::string_view v) {
+  if (v.size() < 2 || v.size() > 9) return std::nullopt;
+  uint64_t n = 0;
+  for (char c : v.substr(0, v.size() - 1)) {
+    if (c < '0' || c > '9') return std::nullopt;
+    n = n * 10 + static_cast<uint64_t>(c - '0');
+  }
+  switch (v.back()) {
+    case 'H':
+      return n * 3600 * 1000;
+    case 'M':
+      return n * 60 * 1000;
+    case 'S':
+      return n * 1000;
+    case 'm':
+      return n;
+    case 'u':
+      return (n + 999) / 1000;
+    case 'n':
+      return (n + 999999) / 1000000;
+    default:
+      return std::nullopt;
+  }
+}
+
 class RouterStream final : public StreamHandler, public PoolCallbacks, public ResponseDecoder {
  public:
   RouterStream(Router& router, ResponseEncoder& encoder)
@@ -236,6 +263,19 @@ void RouterStream::OnRequestHeaders(RequestHead& head, bool end_stream) {
     }
   }
   if (route_->has_idle_timeout) encoder_.SetStreamIdleTimeout(route_->idle_timeout_ms);
+  if (route_->max_stream_duration_ms || route_->grpc_timeout_header_max_ms) {
+    std::optional<uint64_t> ms = route_->max_stream_duration_ms;
+    std::optional<std::string_view> header;
+    if (route_->grpc_timeout_header_max_ms && (header = head.headers.Get("grpc-timeout"))) {
+      if (std::optional<uint64_t> t = GrpcTimeoutMs(*header)) {
+        uint64_t cap = *route_->grpc_timeout_header_max_ms;
+        uint64_t v = cap && *t > cap ? cap : *t;
+        uint64_t offset = route_->grpc_timeout_header_offset_ms;
+        ms = v > offset ? v - offset : 1;  // nothing left: the stream times out at once
+      }
+    }
+    if (ms) encoder_.SetMaxStreamDuration(*ms);
+  }
   const std::string& cluster_name = weighted_ ? weighted_->cluster : route_->cluster;
   info.cluster_name = &cluster_name;
   cluster_ = router_.clusters().Get(cluster_name);
@@ -745,7 +785,14 @@ void RouterStream::OnResponseHeaders(ResponseHead& head, bool end_stream) {
   route_->response_ops.Apply(head.headers, ctx);
   vhost_->response_ops.Apply(head.headers, ctx);
   routes_->response_ops().Apply(head.headers, ctx);
-  if (end_stream) RecordUpstreamTime();
+  if (end_stream) {
+    // A response without a body (HTTP/2 upstreams end some with their HEADERS): the stream is
+    // done with, as after the last data.
+    RecordUpstreamTime();
+    client_ = nullptr;
+    done_ = true;
+    Cleanup();
+  }
   encoder_.EncodeHeaders(head, end_stream);
 }
 
