@@ -33,6 +33,23 @@ PoolClient::PoolClient(ConnPool& pool, std::unique_ptr<Connection> conn, uint32_
   });
 }
 
+void PoolClient::ConnectFailed() {
+  closed_ = true;
+  timer_->Disable();
+  std::string tls_failure = conn_->plaintext() ? "" : conn_->transport().FailureReason();
+  if (tls_failure.empty()) {
+    pool_.OnConnectFailed(this, PoolFailure::kConnectFailure, "connection refused or unreachable");
+    return;
+  }
+  bool verify = tls_failure.find("certificate verify failed") != std::string::npos;
+  (verify ? pool_.stats().ssl_fail_verify : pool_.stats().ssl_connection_error).Inc();
+  RPX_LOG(kWarn, "cluster '%s': TLS handshake with %s failed: %s", pool_.cluster().name,
+          pool_.host().address.ToString(), tls_failure);
+  pool_.OnConnectFailed(
+      this, PoolFailure::kConnectFailure,
+      absl::StrCat(verify ? "TLS verification failed: " : "TLS error: ", tls_failure));
+}
+
 PoolClient::~PoolClient() {
   if (conn_) Connection::Release(std::move(conn_));
 }

@@ -116,6 +116,8 @@ class PoolClient : public ConnectionCallbacks, public DeferredDeletable {
   virtual void OnTimer() {}
   // The pool closes this connection (idle timeout, drain, shutdown); no stream is open.
   virtual void CloseIdle() { conn_->Close(Connection::CloseType::kNoFlush, false); }
+  // The connect (or its TLS handshake) failed: counts why and tells the pool.
+  void ConnectFailed();
 
   ConnPool& pool_;
   std::unique_ptr<Connection> conn_;

@@ -234,24 +234,9 @@ void Http1Client::OnEvent(ConnectionEvent event) {
       if (!conn_->plaintext()) pool_.OnTlsConnected(static_cast<TlsTransport&>(conn_->transport()));
       pool_.OnConnected(this);
       return;
-    case ConnectionEvent::kConnectFailed: {
-      closed_ = true;
-      timer_->Disable();
-      std::string tls_failure = conn_->plaintext() ? "" : conn_->transport().FailureReason();
-      if (tls_failure.empty()) {
-        pool_.OnConnectFailed(this, PoolFailure::kConnectFailure,
-                              "connection refused or unreachable");
-        return;
-      }
-      bool verify = tls_failure.find("certificate verify failed") != std::string::npos;
-      (verify ? pool_.stats().ssl_fail_verify : pool_.stats().ssl_connection_error).Inc();
-      RPX_LOG(kWarn, "cluster '%s': TLS handshake with %s failed: %s", pool_.cluster().name,
-              pool_.host().address.ToString(), tls_failure);
-      pool_.OnConnectFailed(
-          this, PoolFailure::kConnectFailure,
-          absl::StrCat(verify ? "TLS verification failed: " : "TLS error: ", tls_failure));
+    case ConnectionEvent::kConnectFailed:
+      ConnectFailed();
       return;
-    }
     case ConnectionEvent::kRemoteClose:
     case ConnectionEvent::kLocalClose:
       if (state() == State::kConnecting) {

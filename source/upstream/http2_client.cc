@@ -55,8 +55,9 @@ class Http2Client::Stream : public UpstreamStream, public DeferredDeletable {
 
   Stream* prev = nullptr;
   Stream* next = nullptr;
-  int32_t id = -1;    // -1: not submitted (or submit failed)
-  bool done = false;  // left the connection (StreamDone)
+  int32_t id = -1;      // -1: not submitted (or submit failed)
+  bool done = false;    // left the connection (StreamDone)
+  std::string failure;  // why it could not start (FailLater)
 
  private:
   ResponseDecoder* TakeDecoder() {
@@ -253,7 +254,7 @@ void Http2Client::OnTimer() {
   std::vector<Stream*> failed;
   failed.swap(failed_);
   for (Stream* s : failed) {
-    s->Fail(UpstreamResetReason::kProtocolError, "the HTTP/2 connection cannot take the request");
+    s->Fail(UpstreamResetReason::kProtocolError, s->failure);
     if (!s->done) StreamDone(s);
   }
 }
@@ -326,22 +327,9 @@ void Http2Client::OnEvent(ConnectionEvent event) {
       Start();
       pool_.OnConnected(this);
       return;
-    case ConnectionEvent::kConnectFailed: {
-      closed_ = true;
-      timer_->Disable();
-      std::string tls_failure = conn_->plaintext() ? "" : conn_->transport().FailureReason();
-      if (tls_failure.empty()) {
-        pool_.OnConnectFailed(this, PoolFailure::kConnectFailure,
-                              "connection refused or unreachable");
-        return;
-      }
-      bool verify = tls_failure.find("certificate verify failed") != std::string::npos;
-      (verify ? pool_.stats().ssl_fail_verify : pool_.stats().ssl_connection_error).Inc();
-      pool_.OnConnectFailed(
-          this, PoolFailure::kConnectFailure,
-          absl::StrCat(verify ? "TLS verification failed: " : "TLS error: ", tls_failure));
+    case ConnectionEvent::kConnectFailed:
+      ConnectFailed();
       return;
-    }
     case ConnectionEvent::kRemoteClose:
     case ConnectionEvent::kLocalClose:
       if (closed_) return;
@@ -389,6 +377,7 @@ void Http2Client::Stream::StartRequest(ResponseDecoder* decoder, const RequestHe
   decoder_ = decoder;
   if (!head.upgrade.empty()) {
     // An HTTP/1 upgrade has no HTTP/2 form (extended CONNECT is not offered).
+    failure = "an upgrade (" + head.upgrade + ") cannot go to an HTTP/2 upstream";
     parent_.FailLater(this);
     return;
   }
@@ -418,15 +407,15 @@ void Http2Client::Stream::StartRequest(ResponseDecoder* decoder, const RequestHe
   nghttp2_data_provider provider;
   provider.source.ptr = this;
   provider.read_callback = Callbacks::ReadBody;
-  id = nghttp2_submit_request(parent_.session_, nullptr, nva.data(), nva.size(),
-                              has_body_ ? &provider : nullptr, this);
-  if (id < 0) {
-    RPX_LOG(kDebug, "HTTP/2 upstream: submit failed: %s", nghttp2_strerror(id));
-    id = -1;
+  int32_t rv = nghttp2_submit_request(parent_.session_, nullptr, nva.data(), nva.size(),
+                                      has_body_ ? &provider : nullptr, this);
+  if (rv < 0) {
     parent_.closing_ = true;  // e.g. stream ids used up: a fresh connection takes the next ones
+    failure = std::string("the HTTP/2 connection cannot take the request: ") + nghttp2_strerror(rv);
     parent_.FailLater(this);
     return;
   }
+  id = rv;
   request_sent_ = !has_body_;
   parent_.SendPending();
 }

@@ -1,12 +1,12 @@
 // http1_response_fuzz: arbitrary bytes on the upstream response path: Http1Parser (responses)
-// driven as UpstreamClient drives it, with set_expect_no_body for answers to HEAD and Finish() at
+// driven as Http1Client drives it, with set_expect_no_body for answers to HEAD and Finish() at
 // EOF. It proves that on any input: consumed <= len; an error is always a 502; a pause follows
 // each final response and only that (interim 1xx heads never pause); header count and bytes stay
 // within the limits, names lower case, values without CR, LF or NUL; no body for HEAD, 1xx, 204
 // or 304, and a body exactly as long as its Content-Length; Finish() at EOF ends a close-delimited
 // body cleanly; and the result does not depend on how the bytes are split into reads, nor on
 // whether the parser's fast path or llhttp parsed them. The bytes after a complete response
-// (stray bytes, which make UpstreamClient drop the connection) are parsed as the next response,
+// (stray bytes, which make Http1Client drop the connection) are parsed as the next response,
 // as on a reused keep-alive connection.
 #include <cstring>
 #include <string>
@@ -149,7 +149,7 @@ Transcript ParseResponses(const uint8_t* data, size_t size, const std::vector<si
   // A 1xx, 204 or 304 head ends its message (a 304 with Content-Length must not wait for a body).
   if (rec.in_final_head_body()) FUZZ_CHECK(!rec.status_no_body());
   if (!rec.transcript.error) {
-    // EOF. UpstreamClient calls Finish() when the parser is in a message that needs EOF; it must
+    // EOF. Http1Client calls Finish() when the parser is in a message that needs EOF; it must
     // cleanly end a close-delimited body (a head without Content-Length or chunked). Elsewhere it
     // fails, as a 502: in the middle of a head, or in chunked trailers (where a Transfer-Encoding
     // trailer makes llhttp's message_needs_eof() true).
@@ -199,7 +199,7 @@ void CheckSameTranscript(const Transcript& a, const Transcript& b, const std::ve
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace rpx::fuzz;
   Choices choices(HashInput(data, size));
-  // UpstreamClient's limits (80 KiB, the cluster's header count), sometimes small ones.
+  // Http1Client's limits (80 KiB, the cluster's header count), sometimes small ones.
   uint32_t max_header_bytes = choices.Below(4) == 0 ? 1024 : 80 * 1024;
   uint32_t max_headers = choices.Below(4) == 0 ? 4 : 100;
   rpx::Http1Parser::Limits limits{max_header_bytes, max_headers};
