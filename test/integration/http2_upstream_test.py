@@ -10,8 +10,6 @@ trailers), a real nginx (h2c, and TLS with and without http2) and a real gRPC se
 import hashlib
 import http.client
 import json
-import os
-import shutil
 import ssl
 import subprocess
 import threading
@@ -19,8 +17,8 @@ import time
 import unittest
 
 from harness import (H2Client, H2Origin, IntegrationTestCase, TestPki, UPSTREAM_HTTP_OPTIONS,
-                     bootstrap, cluster, curl, det_bytes, free_port, http_listener, make_tmpdir,
-                     remove_tmpdir, route, sha256, virtual_host, wait_until)
+                     bootstrap, cluster, curl, det_bytes, free_port, http_listener,
+                     port_is_listening, repo_file, route, sha256, virtual_host, wait_until)
 
 WAIT = 10.0
 
@@ -49,55 +47,6 @@ def upstream_tls(ca, sni="localhost"):
         "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
         "sni": sni,
         "common_tls_context": {"validation_context": {"trusted_ca": {"filename": ca}}}}}
-
-
-class Nginx(object):
-    """A real nginx origin in its own prefix (one process, no master), stopped by PID."""
-
-    def __init__(self, server_block):
-        self.dir = make_tmpdir("rpx-it-nginx-")
-        self.port = free_port()
-        conf = os.path.join(self.dir, "nginx.conf")
-        with open(conf, "w") as f:
-            f.write("""
-daemon off;
-master_process off;
-worker_processes 1;
-error_log %(dir)s/error.log warn;
-pid %(dir)s/nginx.pid;
-events { worker_connections 256; }
-http {
-  access_log off;
-  client_body_temp_path %(dir)s/body;
-  proxy_temp_path %(dir)s/proxy;
-  fastcgi_temp_path %(dir)s/fastcgi;
-  uwsgi_temp_path %(dir)s/uwsgi;
-  scgi_temp_path %(dir)s/scgi;
-  server {
-    %(server)s
-    location / { add_header x-conn $connection always; return 200 "nginx $connection\\n"; }
-  }
-}
-""" % {"dir": self.dir, "server": server_block.replace("PORT", str(self.port))})
-        self.proc = subprocess.Popen(["nginx", "-p", self.dir, "-c", conf],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        wait_until(lambda: self._listening(), timeout=WAIT, what="nginx listening")
-
-    def _listening(self):
-        if self.proc.poll() is not None:
-            raise AssertionError("nginx exited: %s" % self.proc.stderr.read().decode())
-        import socket
-        try:
-            socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
-            return True
-        except OSError:
-            return False
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        remove_tmpdir(self.dir)
 
 
 class Http2UpstreamTest(IntegrationTestCase):
@@ -262,6 +211,16 @@ class Http2UpstreamTest(IntegrationTestCase):
         self.assertEqual(r["headers"][":status"], "200")
         self.assertEqual(origin.connections, 1)
 
+    def test_route_max_stream_duration(self):
+        origin = self.start_origin()
+        r = route(prefix="/", cluster="h2")
+        r["route"]["max_stream_duration"] = {"max_stream_duration": "0.2s"}
+        proxy = self.start_proxy([h2_cluster("h2", origin.port)], routes=[r])
+        s, _, body = self.get("/hold/2")  # never answered: the second does not come
+        self.assertEqual(s, 408)
+        self.assertEqual(body, b"downstream duration timeout\n")
+        proxy.wait_stat("cluster.h2.upstream_rq_active", lambda v: v == 0)
+
     # --- header mapping and bodies ---
 
     def test_http1_request_maps_to_http2_fields(self):
@@ -322,10 +281,20 @@ class Http2UpstreamTest(IntegrationTestCase):
 
     # --- real origins ---
 
+    def start_h2_nginx(self, listen):
+        """A real nginx whose one server has `listen` (PORT: a free port) and answers every
+        request with its connection number; returns the port."""
+        port = free_port()
+        self.start_nginx("""  server {
+    %s
+    location / { add_header x-conn $connection always; return 200 "nginx $connection\\n"; }
+  }""" % listen.replace("PORT", str(port)), [port])
+        return port
+
     def test_nginx_h2c_origin_under_h2load(self):
-        nginx = Nginx("listen 127.0.0.1:PORT http2; http2_max_concurrent_streams 32;")
-        self.addCleanup(nginx.stop)
-        proxy = self.start_proxy([h2_cluster("ngx", nginx.port)], concurrency=2)
+        nginx_port = self.start_h2_nginx(
+            "listen 127.0.0.1:PORT http2; http2_max_concurrent_streams 32;")
+        proxy = self.start_proxy([h2_cluster("ngx", nginx_port)], concurrency=2)
         r = curl("http://127.0.0.1:%d/" % self.port)
         self.assertEqual(r.status, 200)
         self.assertTrue(r.body.startswith(b"nginx "))
@@ -343,13 +312,11 @@ class Http2UpstreamTest(IntegrationTestCase):
         self.addCleanup(pki.cleanup)
         cert, key = pki.cert("localhost", ["DNS:localhost"])
         tls = "ssl_certificate %s; ssl_certificate_key %s;" % (cert, key)
-        with_h2 = Nginx("listen 127.0.0.1:PORT ssl http2; " + tls)
-        self.addCleanup(with_h2.stop)
-        h1_only = Nginx("listen 127.0.0.1:PORT ssl; " + tls)
-        self.addCleanup(h1_only.stop)
-        a = h2_cluster("a", with_h2.port, auto=True,
+        with_h2 = self.start_h2_nginx("listen 127.0.0.1:PORT ssl http2; " + tls)
+        h1_only = self.start_h2_nginx("listen 127.0.0.1:PORT ssl; " + tls)
+        a = h2_cluster("a", with_h2, auto=True,
                        extra={"transport_socket": upstream_tls(pki.ca)})
-        b = h2_cluster("b", h1_only.port, auto=True,
+        b = h2_cluster("b", h1_only, auto=True,
                        extra={"transport_socket": upstream_tls(pki.ca)})
         proxy = self.start_proxy([a, b], routes=[route(prefix="/a", cluster="a"),
                                                  route(prefix="/b", cluster="b")])
@@ -415,6 +382,7 @@ class GrpcThroughRpxTest(IntegrationTestCase):
         ident = lambda b: b  # noqa: E731
         handler = grpc.method_handlers_generic_handler("t.Svc", {
             "Unary": grpc.unary_unary_rpc_method_handler(unary, ident, ident),
+            "Capped": grpc.unary_unary_rpc_method_handler(unary, ident, ident),
             "ServerStream": grpc.unary_stream_rpc_method_handler(server_stream, ident, ident),
             "ClientStream": grpc.stream_unary_rpc_method_handler(client_stream, ident, ident),
             "Bidi": grpc.stream_stream_rpc_method_handler(bidi, ident, ident),
@@ -427,9 +395,12 @@ class GrpcThroughRpxTest(IntegrationTestCase):
         self.server.start()
         self.addCleanup(self.server.stop, None)
         self.port = free_port()
+        # /t.Svc/Capped: the client's deadline (grpc-timeout) applies, at most 300 ms.
+        capped = route(prefix="/t.Svc/Capped", cluster="grpc")
+        capped["route"]["max_stream_duration"] = {"grpc_timeout_header_max": "0.3s"}
+        catch_all = route(prefix="/", cluster="grpc")
         cfg = bootstrap([http_listener("main", self.port,
-                                       [virtual_host("all", ["*"],
-                                                     [route(prefix="/", cluster="grpc")])])],
+                                       [virtual_host("all", ["*"], [capped, catch_all])])],
                         [h2_cluster("grpc", self.backend_port)])
         self.proxy = self.start_rpx(cfg)
         self.channel = grpc.insecure_channel("127.0.0.1:%d" % self.port, options=opts)
@@ -473,6 +444,53 @@ class GrpcThroughRpxTest(IntegrationTestCase):
         fut.cancel()
         self.assertTrue(self.cancelled.wait(WAIT))
         self.assertEqual(self.call("unary_unary", "Unary")(b"ok", timeout=WAIT), b"echo:ok")
+
+    def test_grpc_timeout_capped_by_the_route(self):
+        # The client allows 10 s, the server would answer after 8 s: only rpx's cap (300 ms from
+        # grpc_timeout_header_max) can end the call, as DEADLINE_EXCEEDED.
+        with self.assertRaises(self.grpc.RpcError) as cm:
+            self.call("unary_unary", "Capped")(b"sleep8", timeout=WAIT)
+        self.assertEqual(cm.exception.code(), self.grpc.StatusCode.DEADLINE_EXCEEDED)
+        self.assertEqual(self.proxy.stat("http.main.downstream_rq_max_duration_reached"), 1)
+        self.assertTrue(self.cancelled.wait(WAIT))  # the upstream stream was reset
+
+
+@unittest.skipUnless(grpc_available(), "python3-grpcio is not installed")
+class GrpcWalkthroughTest(IntegrationTestCase):
+    """docs/http2.md's gRPC walkthrough as written: configs/grpc.yaml and tools/grpc_echo.py (on
+    free ports instead of 10000, 50051 and 9901)."""
+
+    def test_walkthrough(self):
+        echo = repo_file("tools/grpc_echo.py")
+        listen, backend, admin = free_port(), free_port(), free_port()
+        with open(repo_file("configs/grpc.yaml")) as f:
+            yaml = f.read()
+        yaml = (yaml.replace("port_value: 10000", "port_value: %d" % listen)
+                .replace("port_value: 50051", "port_value: %d" % backend)
+                .replace("port_value: 9901", "port_value: %d" % admin))
+        server = subprocess.Popen(["/usr/bin/python3", echo, "serve", str(backend)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.addCleanup(lambda: (server.kill(), server.wait()))
+        wait_until(lambda: port_is_listening(backend), timeout=WAIT, what="grpc_echo serving")
+        proxy = self.start_rpx(yaml, admin_port=admin)
+
+        def call(*args):
+            cp = subprocess.run(["/usr/bin/python3", echo, "call", "127.0.0.1:%d" % listen] +
+                                list(args), capture_output=True, timeout=30)
+            return cp.returncode, cp.stdout.decode()
+
+        self.assertEqual(call("Say", "hello"), (0, "echo: hello\n"))
+        self.assertEqual(call("Count", "3"), (0, "message 0\nmessage 1\nmessage 2\n"))
+        self.assertEqual(call("Sum", "ab,cde"), (0, "5\n"))
+        self.assertEqual(call("Chat", "hi,there"), (0, "HI\nTHERE\n"))
+        self.assertEqual(call("Fail", "x"), (1, "NOT_FOUND: no such thing: x\n"))
+        # The client's deadline and rpx's copy of it (grpc-timeout) race: either may end the call.
+        code, out = call("Sleep", "5", "--timeout", "0.5")
+        self.assertEqual(code, 1)
+        self.assertTrue(out.startswith("DEADLINE_EXCEEDED: "), out)
+        # Calls share the upstream connection of the worker they land on (two workers here).
+        self.assertLessEqual(proxy.stat("cluster.echo.upstream_cx_http2_total"), 2)
+        self.assertEqual(proxy.stat("cluster.echo.upstream_rq_total"), 6)
 
 
 if __name__ == "__main__":
