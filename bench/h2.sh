@@ -7,9 +7,13 @@
 #
 #   bash bench/h2.sh                          # all rows, all proxies, lean origin
 #   ORIGIN=nginx RUNS=5 bash bench/h2.sh      # nginx as the origin
+#   UPSTREAM=h2 bash bench/h2.sh              # h2 to the origin too (nginx `listen ... http2`):
+#                                             # rpx with http2_protocol_options, nginx grpc_pass,
+#                                             # HAProxy `proto h2` on the server line; h2o is left
+#                                             # out (its packaged version proxies HTTP/1.1 only)
 #
 # Options: RUNS (3), DURATION (8, seconds), ROWS ("small-c50m10 small-c400m1 page-c50m10"),
-# PROXIES ("rpx nginx haproxy h2o"), ORIGIN (lean|nginx), RPX_BIN, ORIGIN_BIN, PROXY_CPU (1),
+# PROXIES ("rpx nginx haproxy h2o"), ORIGIN (lean|nginx), UPSTREAM (h1|h2), RPX_BIN, ORIGIN_BIN, PROXY_CPU (1),
 # SKIP_INSTALL (0; 1: never apt-get a missing tool),
 # OUT_DIR (bench/results), OUT_NAME (h2-latest.md), IDLE_CONNS (2000; 0 = skip the memory per idle
 # h2 connection). Rows: PAYLOAD-cCONNS mSTREAMS, PAYLOAD small
@@ -24,6 +28,11 @@ DURATION=${DURATION:-8}
 ROWS=${ROWS:-"small-c50m10 small-c400m1 page-c50m10"}
 PROXIES=${PROXIES:-"rpx nginx haproxy h2o"}
 ORIGIN=${ORIGIN:-lean}
+UPSTREAM=${UPSTREAM:-h1}
+if [ "$UPSTREAM" = h2 ]; then
+  ORIGIN=nginx  # the lean origin speaks HTTP/1.1 only
+  PROXIES=$(for p in $PROXIES; do [ "$p" = h2o ] || echo "$p"; done | xargs)
+fi
 RPX_BIN=${RPX_BIN:-$ROOT/bazel-bin/source/exe/rpx}
 ORIGIN_BIN=${ORIGIN_BIN:-$ROOT/bazel-bin/bench/origin}
 PROXY_CPU=${PROXY_CPU:-1}
@@ -96,6 +105,10 @@ if [ "$ORIGIN" = lean ]; then
   taskset -c 1 "$ORIGIN_BIN" "$TMP/www" "${ports[@]}" >"$TMP/origin/out.log" 2>&1 &
 else
   write_origin_conf "$TMP/origin" "${ports[*]}"
+  if [ "$UPSTREAM" = h2 ]; then
+    sed -i 's/ backlog=4096;/ http2 backlog=4096;/; s/^http {$/http {\n  http2_max_concurrent_streams 1000;/' \
+      "$TMP/origin/nginx.conf"
+  fi
   taskset -c 1 nginx -p "$TMP/origin" -c "$TMP/origin/nginx.conf" -e "$TMP/origin/error.log" >/dev/null 2>&1 &
 fi
 ORIGIN_PID=$!
@@ -126,8 +139,12 @@ for p in $PROXIES; do
       pick_port admin
       write_rpx_conf "$dir" "$port" "$admin"
       sed -i 's/codec_type: HTTP1/codec_type: AUTO/' "$dir/bootstrap.yaml"
+      [ "$UPSTREAM" = h1 ] ||
+        sed -i 's/http_protocol_options: {}/http2_protocol_options: {}/' "$dir/bootstrap.yaml"
       start_capped rpx "$RPX_BIN" -c "$dir/bootstrap.yaml" --concurrency 1 -l warn ;;
     nginx)
+      NGINX_PASS='proxy_pass http://origin; proxy_http_version 1.1; proxy_set_header Connection "";'
+      [ "$UPSTREAM" = h1 ] || NGINX_PASS='grpc_pass grpc://origin;'
       { nginx_common_top "$dir"
         cat <<EOF
 http {
@@ -139,7 +156,7 @@ $(nginx_temp_paths "$dir")
   upstream origin { server 127.0.0.1:$UPSTREAM_PORT; keepalive 64; keepalive_requests 100000; keepalive_timeout 300s; }
   server {
     listen 127.0.0.1:$port http2 backlog=4096;
-    location / { proxy_pass http://origin; proxy_http_version 1.1; proxy_set_header Connection ""; }
+    location / { $NGINX_PASS }
   }
 }
 EOF
@@ -148,6 +165,7 @@ EOF
     haproxy)
       write_haproxy_conf "$dir" "$port"
       sed -i "s|^  bind 127.0.0.1:$port\$|  bind 127.0.0.1:$port proto h2|" "$dir/haproxy.cfg"
+      [ "$UPSTREAM" = h1 ] || sed -i "s|^  server origin1 .*|& proto h2|" "$dir/haproxy.cfg"
       start_capped haproxy haproxy -W -db -f "$dir/haproxy.cfg" ;;
     h2o)
       cat >"$dir/h2o.conf" <<EOF
@@ -280,10 +298,10 @@ done
 
 commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
 {
-  echo "# HTTP/2 downstream: h2load through each proxy to an HTTP/1.1 origin"
+  echo "# HTTP/2 downstream: h2load through each proxy to an $([ "$UPSTREAM" = h2 ] && echo "HTTP/2" || echo "HTTP/1.1") origin"
   echo
   echo "Commit $commit, $(date -u +%Y-%m-%d), origin $ORIGIN, PROXY_CPU $PROXY_CPU, RUNS $RUNS x ${DURATION}s (medians; rpx/X ratios are medians of per-run ratios)."
-  echo "Command: \`RUNS=$RUNS DURATION=$DURATION ORIGIN=$ORIGIN PROXY_CPU=$PROXY_CPU bash bench/h2.sh\`"
+  echo "Command: \`RUNS=$RUNS DURATION=$DURATION ORIGIN=$ORIGIN UPSTREAM=$UPSTREAM PROXY_CPU=$PROXY_CPU bash bench/h2.sh\`"
   echo
   /usr/bin/python3 - "$RAW" "$PROXIES" "$ROWS" <<'EOF'
 import statistics, sys
