@@ -1,9 +1,10 @@
 # Payloads, configuration writers and small helpers of the benchmark rig, shared by bench/run.sh,
-# bench/callgrind.sh and bench/wakeups.sh (sourced, not run). The writers read these globals:
-# NOFILE (fd limit), TMP (temp dir; the origin serves $TMP/www), UPSTREAM_PORT (the origin port a
-# proxy forwards to), HAPROXY_MAXCONN; and for TLS (bench/run.sh's tls-* rows): TLS_DIR (where
-# write_tls_certs put the certificates), TLS_PORT (a listener with the ECDSA certificate) and
-# TLS_RSA_PORT (one with the RSA certificate), each empty = no such listener.
+# bench/h2.sh, bench/grpc.sh, bench/callgrind.sh and bench/wakeups.sh (sourced, not run). The
+# writers read these globals: NOFILE (fd limit), TMP (temp dir; the origin serves $TMP/www),
+# UPSTREAM_PORT (the origin port a proxy forwards to), HAPROXY_MAXCONN; and for TLS
+# (bench/run.sh's tls-* rows): TLS_DIR (where write_tls_certs put the certificates), TLS_PORT (a
+# listener with the ECDSA certificate) and TLS_RSA_PORT (one with the RSA certificate), each
+# empty = no such listener.
 
 write_payloads() {  # $1 = dir: small.txt (29 B), page.html (16 KB), big.bin (4 MiB)
   printf 'hello from the rpx benchmark\n' >"$1/small.txt"          # 29 bytes
@@ -343,4 +344,47 @@ in_cgroup() {
   local d=$1; shift
   if [ -n "$d" ]; then echo "$BASHPID" >"$d/cgroup.procs" || exit 1; fi
   exec "$@"
+}
+
+# Process bookkeeping of bench/h2.sh and bench/grpc.sh (which define log and die). They set
+# TMP, PIDS=() and CGROUPS=() and `trap stop_started EXIT`; every process they start goes into
+# PIDS, every cgroup into CGROUPS.
+stop_started() {
+  local p d
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  sleep 0.3
+  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  for d in "${CGROUPS[@]}"; do rmdir "$d" 2>/dev/null || true; done
+  rm -rf "$TMP"
+}
+# pick_port VAR: a loopback port nothing listens on, from NEXT_PORT up (the caller sets it).
+pick_port() {
+  while ! [ -z "$(ss -Htln "sport = :$NEXT_PORT" 2>/dev/null)" ]; do NEXT_PORT=$((NEXT_PORT + 1)); done
+  printf -v "$1" '%s' "$NEXT_PORT"
+  NEXT_PORT=$((NEXT_PORT + 1))
+}
+# proc_ticks PID: utime+stime of a process and its children (clock ticks, getconf CLK_TCK).
+proc_ticks() {
+  local s total=0 p
+  for p in "$1" $(pgrep -P "$1" 2>/dev/null || true); do
+    s=$(cat "/proc/$p/stat" 2>/dev/null) || continue
+    s=${s##*) }
+    total=$((total + $(awk '{print $12 + $13}' <<<"$s")))
+  done
+  echo "$total"
+}
+# start_capped TAG NAME CMD...: runs CMD on CPU 0, in a cgroup capped at PROXY_CPU CPUs per
+# PROXY_CPU_PERIOD_US when PROXY_CPU < 1; LAST_PID is its PID.
+start_capped() {
+  local tag=$1 name=$2; shift 2
+  local quota d=""
+  quota=$(cpu_quota_us "$PROXY_CPU" "$PROXY_CPU_PERIOD_US")
+  if [ "$quota" != 0 ]; then
+    read -r kind root < <(cgroup_root) || die "PROXY_CPU needs the cgroup cpu controller"
+    d="$root/rpx-$tag-$name-$$"
+    cgroup_cap "$kind" "$d" "$quota" "$PROXY_CPU_PERIOD_US" || die "cannot make cgroup $d"
+    CGROUPS+=("$d")
+  fi
+  in_cgroup "$d" taskset -c 0 "$@" &
+  LAST_PID=$!
 }

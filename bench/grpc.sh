@@ -38,45 +38,10 @@ for t in nginx haproxy taskset; do command -v "$t" >/dev/null || die "missing $t
 TMP=$(mktemp -d /tmp/rpx-grpcbench.XXXXXX)
 PIDS=()
 CGROUPS=()
-cleanup() {
-  local p d
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  sleep 0.3
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  for d in "${CGROUPS[@]}"; do rmdir "$d" 2>/dev/null || true; done
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
+trap stop_started EXIT
 
 NEXT_PORT=19500
-pick_port() {
-  while ! [ -z "$(ss -Htln "sport = :$NEXT_PORT" 2>/dev/null)" ]; do NEXT_PORT=$((NEXT_PORT + 1)); done
-  printf -v "$1" '%s' "$NEXT_PORT"
-  NEXT_PORT=$((NEXT_PORT + 1))
-}
-ticks() {
-  local s total=0 p
-  for p in "$1" $(pgrep -P "$1" 2>/dev/null || true); do
-    s=$(cat "/proc/$p/stat" 2>/dev/null) || continue
-    s=${s##*) }
-    total=$((total + $(awk '{print $12 + $13}' <<<"$s")))
-  done
-  echo "$total"
-}
 HZ=$(getconf CLK_TCK)
-start_capped() {  # NAME CMD...
-  local name=$1; shift
-  local quota d=""
-  quota=$(cpu_quota_us "$PROXY_CPU" "$PROXY_CPU_PERIOD_US")
-  if [ "$quota" != 0 ]; then
-    read -r kind root < <(cgroup_root) || die "PROXY_CPU needs the cgroup cpu controller"
-    d="$root/rpx-grpcbench-$name-$$"
-    cgroup_cap "$kind" "$d" "$quota" "$PROXY_CPU_PERIOD_US" || die "cannot make cgroup $d"
-    CGROUPS+=("$d")
-  fi
-  in_cgroup "$d" taskset -c 0 "$@" &
-  LAST_PID=$!
-}
 
 pick_port server_port
 taskset -c 1 "$GRPC_BENCH_BIN" server "$server_port" 2>"$TMP/server.log" &
@@ -127,7 +92,7 @@ static_resources:
       - lb_endpoints:
         - endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: $server_port}}}
 EOF
-      start_capped rpx "$RPX_BIN" -c "$dir/rpx.yaml" --concurrency 1 -l warn ;;
+      start_capped grpcbench rpx "$RPX_BIN" -c "$dir/rpx.yaml" --concurrency 1 -l warn ;;
     nginx)
       pick_port port
       { nginx_common_top "$dir"
@@ -146,7 +111,7 @@ $(nginx_temp_paths "$dir")
 }
 EOF
       } >"$dir/nginx.conf"
-      start_capped nginx nginx -p "$dir" -c "$dir/nginx.conf" -e "$dir/error.log" ;;
+      start_capped grpcbench nginx nginx -p "$dir" -c "$dir/nginx.conf" -e "$dir/error.log" ;;
     haproxy)
       pick_port port
       cat >"$dir/haproxy.cfg" <<EOF
@@ -165,7 +130,7 @@ backend echo
   http-reuse always
   server s1 127.0.0.1:$server_port proto h2
 EOF
-      start_capped haproxy haproxy -db -f "$dir/haproxy.cfg" ;;
+      start_capped grpcbench haproxy haproxy -db -f "$dir/haproxy.cfg" ;;
     *) die "unknown proxy $p" ;;
   esac
   PORT[$p]=$port; PID[$p]=$LAST_PID; PIDS+=("$LAST_PID")
@@ -181,10 +146,10 @@ for run in $(seq 1 "$RUNS"); do
   for row in $ROWS; do
     mode=${row%%-*}; spec=${row#*-c}; conns=${spec%%x*}; calls=${spec#*x}
     for p in $PROXIES; do
-      t0=0; [ -z "${PID[$p]}" ] || t0=$(ticks "${PID[$p]}")
+      t0=0; [ -z "${PID[$p]}" ] || t0=$(proc_ticks "${PID[$p]}")
       out=$(taskset -c 1 "$GRPC_BENCH_BIN" client "127.0.0.1:${PORT[$p]}" "$mode" "$conns" "$calls" \
             "$DURATION" "$BYTES" 2>&1) || true
-      t1=0; [ -z "${PID[$p]}" ] || t1=$(ticks "${PID[$p]}")
+      t1=0; [ -z "${PID[$p]}" ] || t1=$(proc_ticks "${PID[$p]}")
       printf '%s\n' "$out" >"$RAW_DIR/$p-$row-$run.txt"
       rate=$(sed -n 's/.* rate=\([0-9]*\) .*/\1/p' <<<"$out")
       msgs=$(sed -n 's/.* messages=\([0-9]*\) .*/\1/p' <<<"$out")

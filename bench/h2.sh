@@ -65,35 +65,13 @@ fi
 TMP=$(mktemp -d /tmp/rpx-h2bench.XXXXXX)
 PIDS=()
 CGROUPS=()
-cleanup() {
-  local p d
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  sleep 0.3
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  for d in "${CGROUPS[@]}"; do rmdir "$d" 2>/dev/null || true; done
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
+trap stop_started EXIT
 mkdir -p "$TMP/www" "$OUT_DIR"
 write_payloads "$TMP/www"
 chmod 755 "$TMP" "$TMP/www"  # nginx's workers (an unprivileged user when started as root) read it
 chmod 644 "$TMP"/www/*
 
 NEXT_PORT=19000
-pick_port() {
-  while ! [ -z "$(ss -Htln "sport = :$NEXT_PORT" 2>/dev/null)" ]; do NEXT_PORT=$((NEXT_PORT + 1)); done
-  printf -v "$1" '%s' "$NEXT_PORT"
-  NEXT_PORT=$((NEXT_PORT + 1))
-}
-ticks() {  # utime+stime of a process and its children threads (the whole process)
-  local s total=0 p
-  for p in "$1" $(pgrep -P "$1" 2>/dev/null || true); do
-    s=$(cat "/proc/$p/stat" 2>/dev/null) || continue
-    s=${s##*) }
-    total=$((total + $(awk '{print $12 + $13}' <<<"$s")))
-  done
-  echo "$total"
-}
 HZ=$(getconf CLK_TCK)
 
 # The origin: one port per proxy.
@@ -116,19 +94,6 @@ PIDS+=("$ORIGIN_PID")
 for op in "${ports[@]}"; do wait_port "$op" "$ORIGIN_PID" || die "origin did not listen on $op"; done
 
 cap_dir=""
-start_capped() {  # NAME CMD...: runs CMD on CPU 0 (in a capped cgroup with PROXY_CPU < 1)
-  local name=$1; shift
-  local quota d=""
-  quota=$(cpu_quota_us "$PROXY_CPU" "$PROXY_CPU_PERIOD_US")
-  if [ "$quota" != 0 ]; then
-    read -r kind root < <(cgroup_root) || die "PROXY_CPU needs the cgroup cpu controller"
-    d="$root/rpx-h2bench-$name-$$"
-    cgroup_cap "$kind" "$d" "$quota" "$PROXY_CPU_PERIOD_US" || die "cannot make cgroup $d"
-    CGROUPS+=("$d")
-  fi
-  in_cgroup "$d" taskset -c 0 "$@" &
-  LAST_PID=$!
-}
 
 for p in $PROXIES; do
   dir="$TMP/$p"; mkdir -p "$dir"
@@ -141,7 +106,7 @@ for p in $PROXIES; do
       sed -i 's/codec_type: HTTP1/codec_type: AUTO/' "$dir/bootstrap.yaml"
       [ "$UPSTREAM" = h1 ] ||
         sed -i 's/http_protocol_options: {}/http2_protocol_options: {}/' "$dir/bootstrap.yaml"
-      start_capped rpx "$RPX_BIN" -c "$dir/bootstrap.yaml" --concurrency 1 -l warn ;;
+      start_capped h2bench rpx "$RPX_BIN" -c "$dir/bootstrap.yaml" --concurrency 1 -l warn ;;
     nginx)
       NGINX_PASS='proxy_pass http://origin; proxy_http_version 1.1; proxy_set_header Connection "";'
       [ "$UPSTREAM" = h1 ] || NGINX_PASS='grpc_pass grpc://origin;'
@@ -161,12 +126,12 @@ $(nginx_temp_paths "$dir")
 }
 EOF
       } >"$dir/nginx.conf"
-      start_capped nginx nginx -p "$dir" -c "$dir/nginx.conf" -e "$dir/error.log" ;;
+      start_capped h2bench nginx nginx -p "$dir" -c "$dir/nginx.conf" -e "$dir/error.log" ;;
     haproxy)
       write_haproxy_conf "$dir" "$port"
       sed -i "s|^  bind 127.0.0.1:$port\$|  bind 127.0.0.1:$port proto h2|" "$dir/haproxy.cfg"
       [ "$UPSTREAM" = h1 ] || sed -i "s|^  server origin1 .*|& proto h2|" "$dir/haproxy.cfg"
-      start_capped haproxy haproxy -W -db -f "$dir/haproxy.cfg" ;;
+      start_capped h2bench haproxy haproxy -W -db -f "$dir/haproxy.cfg" ;;
     h2o)
       cat >"$dir/h2o.conf" <<EOF
 num-threads: 1
@@ -184,7 +149,7 @@ hosts:
       /:
         proxy.reverse.url: http://127.0.0.1:$UPSTREAM_PORT/
 EOF
-      start_capped h2o h2o -c "$dir/h2o.conf" ;;
+      start_capped h2bench h2o h2o -c "$dir/h2o.conf" ;;
     *) die "unknown proxy $p" ;;
   esac
   PROXY_PID[$p]=$LAST_PID
@@ -204,10 +169,10 @@ measure() {  # proxy row run
   payload=${row%%-*}; conns=${row#*-c}; conns=${conns%%m*}; streams=${row##*m}
   path=/small.txt; [ "$payload" = page ] && path=/page.html
   local pid=${PROXY_PID[$p]} t0 t1 m0 m1
-  t0=$(ticks "$pid"); m0=$(cpu_busy_ticks)
+  t0=$(proc_ticks "$pid"); m0=$(cpu_busy_ticks)
   out=$(taskset -c 1 h2load -t 1 -c "$conns" -m "$streams" -D "$DURATION" --warm-up-time=1 \
         "http://127.0.0.1:${PROXY_PORT[$p]}$path" 2>&1) || true
-  t1=$(ticks "$pid"); m1=$(cpu_busy_ticks)
+  t1=$(proc_ticks "$pid"); m1=$(cpu_busy_ticks)
   local rps done failed errored
   printf '%s\n' "$out" >"$RAW_DIR/$p-$row-$run.txt"
   rps=$(awk '/^finished in/ {gsub(",", "", $4); print $4}' <<<"$out")
