@@ -9,27 +9,15 @@
 
 #include "source/common/assert.h"
 #include "source/common/logger.h"
+#include "source/http/conn_manager.h"
+#include "source/http/nghttp2_fields.h"
 #include "source/tls/tls_transport.h"
 
 namespace rpx {
 
 namespace {
 
-bool StatusHasNoBody(int status) {
-  return (status >= 100 && status < 200) || status == 204 || status == 304;
-}
-
-// Connection-specific fields (RFC 9113 8.2.2) never go out on HTTP/2.
-bool IsConnectionSpecific(std::string_view name) {
-  return name == "connection" || name == "keep-alive" || name == "proxy-connection" ||
-         name == "transfer-encoding" || name == "upgrade";
-}
-
-nghttp2_nv Nv(std::string_view name, std::string_view value) {
-  return nghttp2_nv{reinterpret_cast<uint8_t*>(const_cast<char*>(name.data())),
-                    reinterpret_cast<uint8_t*>(const_cast<char*>(value.data())), name.size(),
-                    value.size(), NGHTTP2_NV_FLAG_NONE};
-}
+using conn_manager::StatusHasNoBody;
 
 }  // namespace
 
@@ -43,6 +31,7 @@ class Http2ServerConnection::Stream : public ResponseEncoder, public DeferredDel
   // Request side, from nghttp2's callbacks.
   void OnHeader(std::string_view name, std::string_view value);
   void OnHeadersComplete(bool end_stream);
+  void OnTrailer(std::string_view name, std::string_view value);
   void OnRequestData(const char* data, size_t len);
   void OnRequestEnd();
   // nghttp2 closed the stream (both sides ended, or a reset either way).
@@ -96,13 +85,14 @@ class Http2ServerConnection::Stream : public ResponseEncoder, public DeferredDel
   }
   // Hands buffered request body (held while read-disabled) to the handler.
   void DeliverRequestData();
+  // Tells the handler the request ended (with its trailers, if it had some).
+  void DeliverRequestEnd();
   void OnIdleTimeout();
   void OnRequestTimeout();
   void OnMaxStreamDuration();
-  // Ends the stream on a timer: 408 before the response started (for gRPC, `grpc_status` if
-  // given), a reset after.
-  void TimeOut(const char* details, std::string_view body, int grpc_status = -1);
-  void LogStream();
+  // Ends the stream on a timer: 408 before the response started (a gRPC status for gRPC), a
+  // reset after.
+  void TimeOut(conn_manager::StreamTimeout timeout);
   FormatContext Context() const;
   // Ends the handler's part: it gets no more calls (it is deleted when the stream closes).
   void ReleaseHandler();
@@ -121,7 +111,8 @@ class Http2ServerConnection::Stream : public ResponseEncoder, public DeferredDel
   std::string cookies_;  // cookie fields joined ("; ") for HTTP/1 upstreams (RFC 9113 8.2.3)
   Buffer response_;      // response body not yet framed
   Buffer held_;          // request body received while the handler asked not to read
-  std::unique_ptr<HeaderMap> trailers_;  // sent after the last of response_ (gRPC's status)
+  std::unique_ptr<HeaderMap> trailers_;          // sent after the last of response_ (gRPC's status)
+  std::unique_ptr<HeaderMap> request_trailers_;  // the client's, kept until the stream closes
   MemberTimer<Stream, &Stream::OnIdleTimeout> idle_timer_;
   std::unique_ptr<Timer> request_timer_;
   std::unique_ptr<Timer> duration_timer_;  // max_stream_duration
@@ -137,7 +128,8 @@ class Http2ServerConnection::Stream : public ResponseEncoder, public DeferredDel
   bool read_disabled_ = false;
   bool above_watermark_ = false;
   bool header_overflow_ = false;
-  bool underscore_ = false;  // a header name with '_' under REJECT_REQUEST
+  bool trailer_overflow_ = false;  // the request's trailers went over the header limits
+  bool underscore_ = false;        // a header name with '_' under REJECT_REQUEST
   bool delivering_ = false;
   bool closed_ = false;
   bool counted_active_ = false;
@@ -224,13 +216,15 @@ struct Http2ServerConnection::Callbacks {
 
   static int OnHeader(nghttp2_session* session, const nghttp2_frame* frame, const uint8_t* name,
                       size_t namelen, const uint8_t* value, size_t valuelen, uint8_t, void*) {
-    if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) {
-      return 0;  // request trailers: not forwarded (an HTTP/1 upstream has no place for them)
-    }
+    if (frame->hd.type != NGHTTP2_HEADERS) return 0;
     Stream* s = StreamOf(session, frame->hd.stream_id);
-    if (s) {
-      s->OnHeader(std::string_view(reinterpret_cast<const char*>(name), namelen),
-                  std::string_view(reinterpret_cast<const char*>(value), valuelen));
+    if (!s) return 0;
+    std::string_view n(reinterpret_cast<const char*>(name), namelen);
+    std::string_view v(reinterpret_cast<const char*>(value), valuelen);
+    if (frame->headers.cat == NGHTTP2_HCAT_REQUEST) {
+      s->OnHeader(n, v);
+    } else if (frame->headers.cat == NGHTTP2_HCAT_HEADERS) {
+      s->OnTrailer(n, v);  // nghttp2 has checked them (no pseudo-headers, END_STREAM)
     }
     return 0;
   }
@@ -669,16 +663,8 @@ void Http2ServerConnection::Stream::OnHeadersComplete(bool end_stream) {
     cookies_.clear();
   }
   response_no_body_ = head_.method == "HEAD";
-  stats.downstream_rq_total.Inc();
-  stats.downstream_rq_active.Inc();
+  start_ms_ = conn_manager::StreamStarted(config, stats, c.conn_->dispatcher(), info_, end_stream);
   counted_active_ = true;
-  c.conn_->dispatcher().AddPending(1);
-  start_ms_ = c.conn_->dispatcher().NowMs();
-  if (config.record_durations) {
-    info_.start_ns = MonotonicNowNs();
-    if (end_stream) info_.request_end_ns = info_.start_ns;
-  }
-  if (config.record_start_time) info_.start_unix_ns = UnixNowNs();
   idle_ms_ = config.stream_idle_timeout_ms;
   if (idle_ms_) idle_timer_.Enable(idle_ms_);
   if (header_overflow_) {
@@ -729,17 +715,52 @@ void Http2ServerConnection::Stream::OnRequestData(const char* data, size_t len) 
   nghttp2_session_consume(parent_.session_, id_, len);
 }
 
+void Http2ServerConnection::Stream::OnTrailer(std::string_view name, std::string_view value) {
+  if (trailer_overflow_) return;
+  const HttpConfig& config = *parent_.config_;
+  header_bytes_ += name.size() + value.size() + 32;  // counted with the head's, as Envoy does
+  if (header_bytes_ > config.max_request_headers_kb * 1024 ||
+      (request_trailers_ && request_trailers_->size() >= config.max_headers_count)) {
+    trailer_overflow_ = true;
+    request_trailers_.reset();
+    return;
+  }
+  if (config.headers_with_underscores != HttpConfig::Underscores::kAllow &&
+      name.find('_') != std::string_view::npos) {
+    parent_.stats_.dropped_headers_with_underscores.Inc();
+    return;
+  }
+  if (!request_trailers_) request_trailers_ = std::make_unique<HeaderMap>();
+  request_trailers_->Add(name, value);
+}
+
 void Http2ServerConnection::Stream::OnRequestEnd() {
   if (request_complete_) return;
   request_complete_ = true;
   if (request_timer_) request_timer_->Disable();
   if (parent_.config_->record_durations) info_.request_end_ns = MonotonicNowNs();
+  if (trailer_overflow_) {
+    // Too large to pass on: the stream is reset (a response may have started already).
+    parent_.stats_.http2_header_overflow.Inc();
+    if (!response_started_) info_.response_code_details = "header_overflow";
+    if (active()) active()->OnDownstreamReset();
+    ResetStream();
+    return;
+  }
   if (!active()) return;
   if (read_disabled_ || !held_.empty()) {
     request_end_held_ = true;
     return;
   }
-  active()->OnRequestData(nullptr, 0, true);
+  DeliverRequestEnd();
+}
+
+void Http2ServerConnection::Stream::DeliverRequestEnd() {
+  if (request_trailers_) {
+    active()->OnRequestTrailers(*request_trailers_);
+  } else {
+    active()->OnRequestData(nullptr, 0, true);
+  }
 }
 
 void Http2ServerConnection::Stream::DeliverRequestData() {
@@ -755,7 +776,7 @@ void Http2ServerConnection::Stream::DeliverRequestData() {
   }
   if (active() && !read_disabled_ && held_.empty() && request_end_held_ && !closed_) {
     request_end_held_ = false;
-    active()->OnRequestData(nullptr, 0, true);
+    DeliverRequestEnd();
   }
   delivering_ = false;
   parent_.SendPending();  // WINDOW_UPDATEs
@@ -886,12 +907,7 @@ ssize_t Http2ServerConnection::Stream::ReadResponse(size_t max, uint32_t* flags)
   if (response_end_ && n == response_.size()) {
     *flags |= NGHTTP2_DATA_FLAG_EOF;
     if (trailers_) {
-      std::vector<nghttp2_nv> nva;
-      nva.reserve(trailers_->size());
-      for (const auto& f : *trailers_) nva.push_back(Nv(f.name, f.value));
-      if (nghttp2_submit_trailer(parent_.session_, id_, nva.data(), nva.size()) == 0) {
-        *flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
-      }
+      EndWithTrailers(parent_.session_, id_, *trailers_, flags);
       trailers_.reset();
     }
   }
@@ -965,23 +981,13 @@ void Http2ServerConnection::Stream::SendLocalReply(int status, std::string_view 
     ResetStream();
     return;
   }
-  if (status < 200) status = 500;
-  const HttpConfig& config = *parent_.config_;
-  std::string rewritten_body, rewritten_type;
-  HeaderMap rewritten_headers;
-  if (config.local_reply) {
-    rewritten_body.assign(body.data(), body.size());
-    rewritten_type.assign(content_type.data(), content_type.size());
-    if (extra_headers) rewritten_headers = *extra_headers;
-    FormatContext ctx = Context();
-    config.local_reply->Rewrite(ctx, info_, &status, &rewritten_body, &rewritten_headers,
-                                &rewritten_type);
-    body = rewritten_body;
-    content_type = rewritten_type;
-    extra_headers = &rewritten_headers;
-  }
+  conn_manager::LocalReplyParts reply{status, body, content_type, extra_headers};
+  conn_manager::PrepareLocalReply(*parent_.config_, Context(), info_, reply);
+  status = reply.status;
+  body = reply.body;
+  content_type = reply.content_type;
   ResponseHead head;
-  if (extra_headers) head.headers = *extra_headers;
+  if (reply.headers) head.headers = *reply.headers;
   if (IsGrpc()) {
     // A gRPC client reads only grpc-status: a trailers-only response (HTTP 200) says what
     // happened (Envoy's sendLocalReply for gRPC requests).
@@ -995,7 +1001,6 @@ void Http2ServerConnection::Stream::SendLocalReply(int status, std::string_view 
     info_.response_code = status;  // logs show what rpx decided (as Envoy's do)
     return;
   }
-  if (StatusHasNoBody(status)) body = {};
   head.status = status;
   if (!body.empty()) head.headers.Add("content-type", content_type);
   head.has_content_length = true;
@@ -1014,14 +1019,14 @@ void Http2ServerConnection::Stream::ResetStream() {
   parent_.SendPending();
 }
 
-void Http2ServerConnection::Stream::TimeOut(const char* details, std::string_view body,
-                                            int grpc_status) {
+void Http2ServerConnection::Stream::TimeOut(conn_manager::StreamTimeout timeout) {
+  conn_manager::TimeoutReply reply = conn_manager::StreamTimedOut(timeout, parent_.stats_, info_);
   if (active()) active()->OnDownstreamReset();
   ReleaseHandler();
   if (!response_started_) {
-    info_.response_code_details = details;
-    grpc_status_ = static_cast<int8_t>(grpc_status);
-    SendLocalReply(408, body, nullptr, "text/plain");
+    info_.response_code_details = reply.details;
+    grpc_status_ = static_cast<int8_t>(reply.grpc_status);
+    SendLocalReply(reply.status, reply.body, nullptr, "text/plain");
   } else {
     ResetStream();
   }
@@ -1029,23 +1034,17 @@ void Http2ServerConnection::Stream::TimeOut(const char* details, std::string_vie
 
 void Http2ServerConnection::Stream::OnIdleTimeout() {
   if (closed_) return;
-  parent_.stats_.downstream_rq_idle_timeout.Inc();
-  info_.response_flags |= kStreamIdleTimeout;
-  TimeOut("stream_idle_timeout", "stream idle timeout\n");
+  TimeOut(conn_manager::StreamTimeout::kIdle);
 }
 
 void Http2ServerConnection::Stream::OnRequestTimeout() {
   if (closed_ || request_complete_) return;
-  parent_.stats_.downstream_rq_timeout.Inc();
-  info_.response_flags |= kDurationTimeout;
-  TimeOut("request_overall_timeout", "request timeout\n");
+  TimeOut(conn_manager::StreamTimeout::kRequest);
 }
 
 void Http2ServerConnection::Stream::OnMaxStreamDuration() {
   if (closed_) return;
-  parent_.stats_.downstream_rq_max_duration_reached.Inc();
-  info_.response_flags |= kDurationTimeout;
-  TimeOut("max_duration_timeout", "downstream duration timeout\n", 4 /* DEADLINE_EXCEEDED */);
+  TimeOut(conn_manager::StreamTimeout::kMaxDuration);
 }
 
 void Http2ServerConnection::Stream::SetMaxStreamDuration(uint64_t ms) {
@@ -1077,34 +1076,15 @@ void Http2ServerConnection::Stream::OnClose(uint32_t error_code) {
     }
   }
   if (counted_active_) {
-    stats.downstream_rq_time.Record(parent_.conn_->dispatcher().NowMs() - start_ms_);
-    LogStream();
-    stats.downstream_rq_active.Dec();
-    parent_.conn_->dispatcher().AddPending(-1);
+    conn_manager::StreamEnded(*parent_.config_, stats, parent_.conn_->dispatcher(), info_,
+                              start_ms_, Context());
     counted_active_ = false;
   }
   if (handler_) parent_.conn_->dispatcher().DeferredDelete(std::move(handler_));
 }
 
 FormatContext Http2ServerConnection::Stream::Context() const {
-  FormatContext ctx;
-  ctx.request = &head_;
-  ctx.downstream = this;
-  if (!parent_.config_->scheme_to_overwrite.empty()) {
-    ctx.scheme = &parent_.config_->scheme_to_overwrite;
-  }
-  return ctx;
-}
-
-void Http2ServerConnection::Stream::LogStream() {
-  const HttpConfig& config = *parent_.config_;
-  if (config.access_logs.empty()) return;
-  if (config.record_durations) info_.end_ns = MonotonicNowNs();
-  FormatContext ctx = Context();
-  ctx.info = &info_;
-  ctx.response_headers = info_.response_headers.get();
-  uint32_t worker = parent_.conn_->dispatcher().worker_index();
-  for (const auto& log : config.access_logs) log->Log(ctx, worker);
+  return conn_manager::Context(*parent_.config_, &head_, this);
 }
 
 std::string Http2ServerConnection::Stream::remote_ip() const { return parent_.peer_.Ip(); }

@@ -53,9 +53,7 @@ void AppendStatusLine(Buffer& out, int status, const std::string& reason) {
   out.Append("\r\n", 2);
 }
 
-bool StatusHasNoBody(int status) {
-  return (status >= 100 && status < 200) || status == 204 || status == 304;
-}
+using conn_manager::StatusHasNoBody;
 }  // namespace
 
 ServerConnection::ServerConnection(std::unique_ptr<Connection> conn,
@@ -155,22 +153,7 @@ std::string ServerConnection::tls_cipher() const {
 }
 
 FormatContext ServerConnection::Context() const {
-  FormatContext ctx;
-  ctx.request = parser_ ? &parser_->request() : nullptr;
-  ctx.downstream = this;
-  if (!config_->scheme_to_overwrite.empty()) ctx.scheme = &config_->scheme_to_overwrite;
-  return ctx;
-}
-
-void ServerConnection::LogStream() {
-  if (config_->access_logs.empty()) return;
-  StreamInfo& si = info();
-  if (config_->record_durations) si.end_ns = MonotonicNowNs();
-  FormatContext ctx = Context();
-  ctx.info = &si;
-  ctx.response_headers = si.response_headers.get();
-  uint32_t worker = conn_->dispatcher().worker_index();
-  for (const auto& log : config_->access_logs) log->Log(ctx, worker);
+  return conn_manager::Context(*config_, parser_ ? &parser_->request() : nullptr, this);
 }
 
 void ServerConnection::OnTimer() {
@@ -212,15 +195,18 @@ void ServerConnection::ReleaseParserIfIdle() {
 
 void ServerConnection::OnMaxStreamDuration() {
   if (!stream_active_) return;
-  stats_.downstream_rq_max_duration_reached.Inc();
-  info().response_flags |= kDurationTimeout;
+  TimeOut(conn_manager::StreamTimeout::kMaxDuration);
+}
+
+void ServerConnection::TimeOut(conn_manager::StreamTimeout timeout) {
+  conn_manager::TimeoutReply reply = conn_manager::StreamTimedOut(timeout, stats_, info());
   if (handler_) handler_->OnDownstreamReset();
   if (!response_started_) {
-    info().response_code_details = "max_duration_timeout";
+    info().response_code_details = reply.details;
     close_after_response_ = true;
     auto h = std::move(handler_);
     if (h) conn_->dispatcher().DeferredDelete(std::move(h));
-    SendLocalReply(408, "downstream duration timeout\n", nullptr, "text/plain");
+    SendLocalReply(reply.status, reply.body, nullptr, "text/plain");
     if (stream_active_) EndResponse();
   } else {
     ResetStream();
@@ -263,14 +249,7 @@ bool ServerConnection::CheckUnderscores(RequestHead& head) {
 
 void ServerConnection::OnRequestTimeout() {
   if (!stream_active_ || request_complete_) return;
-  stats_.downstream_rq_timeout.Inc();
-  info().response_flags |= kDurationTimeout;
-  if (!response_started_) {
-    info().response_code_details = "request_overall_timeout";
-    SendLocalReply(408, "request timeout\n", nullptr, "text/plain");
-  } else {
-    ResetStream();
-  }
+  TimeOut(conn_manager::StreamTimeout::kRequest);
 }
 
 ServerConnection::~ServerConnection() {
@@ -401,17 +380,10 @@ void ServerConnection::OnHead() {
   close_after_response_ =
       !head.keep_alive || drain_ || !head.upgrade.empty() ||
       (config_->max_requests_per_connection && requests_ >= config_->max_requests_per_connection);
-  stats_.downstream_rq_total.Inc();
-  stats_.downstream_rq_active.Inc();
-  conn_->dispatcher().AddPending(1);
   StreamState& si = state();
   si.Reset();
-  si.start_ms = conn_->dispatcher().NowMs();
-  if (config_->record_durations) {
-    si.start_ns = MonotonicNowNs();
-    if (!request_has_body_) si.request_end_ns = si.start_ns;
-  }
-  if (config_->record_start_time) si.start_unix_ns = UnixNowNs();
+  si.start_ms =
+      conn_manager::StreamStarted(*config_, stats_, conn_->dispatcher(), si, !request_has_body_);
   stream_idle_ms_ =
       static_cast<uint32_t>(std::min<uint64_t>(config_->stream_idle_timeout_ms, UINT32_MAX));
   if (stream_idle_ms_) {
@@ -574,24 +546,12 @@ void ServerConnection::SendLocalReply(int status, std::string_view body,
     ResetStream();
     return;
   }
-  // A 1xx head is interim: as the answer it would leave the client waiting for another.
-  if (status < 200) status = 500;
-  // local_reply_config may change the status, the body and its type, and add headers.
-  std::string rewritten_body, rewritten_type;
-  HeaderMap rewritten_headers;
-  if (config_->local_reply) {
-    rewritten_body.assign(body.data(), body.size());
-    rewritten_type.assign(content_type.data(), content_type.size());
-    if (extra_headers) rewritten_headers = *extra_headers;
-    FormatContext ctx = Context();
-    config_->local_reply->Rewrite(ctx, info(), &status, &rewritten_body, &rewritten_headers,
-                                  &rewritten_type);
-    body = rewritten_body;
-    content_type = rewritten_type;
-    extra_headers = &rewritten_headers;
-  }
-  // 204 and 304 carry no body (a direct_response may configure one anyway).
-  if (StatusHasNoBody(status)) body = {};
+  conn_manager::LocalReplyParts reply{status, body, content_type, extra_headers};
+  conn_manager::PrepareLocalReply(*config_, Context(), info(), reply);
+  status = reply.status;
+  body = reply.body;
+  content_type = reply.content_type;
+  extra_headers = reply.headers;
   bool had_stream = stream_active_;
   if (!had_stream) {
     // A reply outside any stream (a parse error): answer and count it as a request.
@@ -621,7 +581,7 @@ void ServerConnection::SendLocalReply(int status, std::string_view body,
     response_started_ = false;
     info().response_code = status;
     info().bytes_sent = body.size();
-    LogStream();
+    conn_manager::LogStream(*config_, conn_->dispatcher().worker_index(), info(), Context());
     return;
   }
   EncodeHeaders(head, body.empty() || response_no_body_);
@@ -644,11 +604,9 @@ void ServerConnection::EndUpgrade() {
 
 void ServerConnection::EndStream() {
   if (!stream_active_) return;
-  if (state_) stats_.downstream_rq_time.Record(conn_->dispatcher().NowMs() - state_->start_ms);
-  LogStream();
+  StreamState& st = state();
+  conn_manager::StreamEnded(*config_, stats_, conn_->dispatcher(), st, st.start_ms, Context());
   stream_active_ = false;
-  stats_.downstream_rq_active.Dec();
-  conn_->dispatcher().AddPending(-1);
   EndUpgrade();
   DisableRequestTimer();
   DisableDurationTimer();
@@ -721,19 +679,7 @@ void ServerConnection::SetStreamIdleTimeout(uint64_t ms) {
 
 void ServerConnection::OnStreamIdleTimeout() {
   if (!stream_active_) return;
-  stats_.downstream_rq_idle_timeout.Inc();
-  info().response_flags |= kStreamIdleTimeout;
-  if (!response_started_) info().response_code_details = "stream_idle_timeout";
-  if (handler_) handler_->OnDownstreamReset();
-  if (!response_started_) {
-    close_after_response_ = true;
-    auto h = std::move(handler_);
-    if (h) conn_->dispatcher().DeferredDelete(std::move(h));
-    SendLocalReply(408, "stream idle timeout\n", nullptr, "text/plain");
-    if (stream_active_) EndResponse();
-  } else {
-    ResetStream();
-  }
+  TimeOut(conn_manager::StreamTimeout::kIdle);
 }
 
 void ServerConnection::CloseWhenIdle() {
@@ -767,10 +713,9 @@ void ServerConnection::Close(bool flush) {
   if (rare_ && rare_->resume) rare_->resume->Disable();
   if (rare_ && rare_->duration) rare_->duration->Disable();
   if (stream_active_) {
-    LogStream();
+    StreamState& st = state();
+    conn_manager::StreamEnded(*config_, stats_, conn_->dispatcher(), st, st.start_ms, Context());
     stream_active_ = false;
-    stats_.downstream_rq_active.Dec();
-    conn_->dispatcher().AddPending(-1);
     EndUpgrade();
     if (handler_) {
       handler_->OnDownstreamReset();

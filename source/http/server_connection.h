@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "source/http/conn_manager.h"
 #include "source/http/downstream_connection.h"
 #include "source/http/headers.h"
 #include "source/http/http1_parser.h"
@@ -105,8 +106,8 @@ class ServerConnection : public DownstreamConnection,
   // headers_with_underscores_action: false when the request was refused (answered already).
   bool CheckUnderscores(RequestHead& head);
   void ResumeSoon();
-  // Writes the stream's access log lines (the stream is ending; its handler still exists).
-  void LogStream();
+  // A timeout ends the stream: 408 (and close) before the response started, a reset after.
+  void TimeOut(conn_manager::StreamTimeout timeout);
   // What formatters read about this connection and its request (access logs, local replies).
   FormatContext Context() const;
 

@@ -80,6 +80,9 @@ class StreamHandler : public DeferredDeletable {
   // `head` stays valid, and may be modified, until the stream ends.
   virtual void OnRequestHeaders(RequestHead& head, bool end_stream) = 0;
   virtual void OnRequestData(const char* data, size_t len, bool end_stream) = 0;
+  // The request ended with trailers (HTTP/2); they stay valid until the stream ends. A handler
+  // that has no use for them ends the request without them.
+  virtual void OnRequestTrailers(HeaderMap& trailers) { OnRequestData(nullptr, 0, true); }
   // The downstream went away before the response ended.
   virtual void OnDownstreamReset() = 0;
   // The downstream write buffer crossed its high (true) / low (false) watermark.

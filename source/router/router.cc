@@ -61,6 +61,7 @@ class RouterStream final : public StreamHandler, public PoolCallbacks, public Re
   // StreamHandler
   void OnRequestHeaders(RequestHead& head, bool end_stream) override;
   void OnRequestData(const char* data, size_t len, bool end_stream) override;
+  void OnRequestTrailers(HeaderMap& trailers) override;
   void OnDownstreamReset() override;
   void OnDownstreamWatermark(bool above) override;
   // PoolCallbacks
@@ -100,6 +101,8 @@ class RouterStream final : public StreamHandler, public PoolCallbacks, public Re
   void ReleaseRetrySlot();
   // Sends `data` upstream, keeping it for a retry while the body fits the buffer limit.
   void SendBody(const char* data, size_t len, bool end_stream);
+  // Body bytes to `client`; at the request's end its trailers, when it had some, end it instead.
+  void SendToUpstream(UpstreamStream& client, const char* data, size_t len, bool end_stream);
   // x-forwarded-client-cert as the connection manager's settings say.
   void ForwardClientCert(const HttpConfig& config, HeaderMap& h);
   void StartRouteTimer();
@@ -133,6 +136,7 @@ class RouterStream final : public StreamHandler, public PoolCallbacks, public Re
   ConnPool* pool_ = nullptr;
   ConnPool::Pending* pending_ = nullptr;
   UpstreamStream* client_ = nullptr;
+  HeaderMap* request_trailers_ = nullptr;  // the downstream codec's; valid until the stream ends
   Buffer body_;  // request body received before the upstream connection was ready
   MemberTimer<RouterStream, &RouterStream::OnRouteTimeout> route_timer_{router_.dispatcher(), this};
   bool route_timer_started_ = false;
@@ -480,6 +484,22 @@ void RouterStream::OnRequestData(const char* data, size_t len, bool end_stream) 
   }
 }
 
+void RouterStream::OnRequestTrailers(HeaderMap& trailers) {
+  if (done_) return;
+  if (!tunnel_) request_trailers_ = &trailers;
+  OnRequestData(nullptr, 0, true);
+}
+
+void RouterStream::SendToUpstream(UpstreamStream& client, const char* data, size_t len,
+                                  bool end_stream) {
+  if (end_stream && request_trailers_) {
+    if (len) client.SendData(data, len, false);
+    client.SendTrailers(*request_trailers_);
+  } else {
+    client.SendData(data, len, end_stream);
+  }
+}
+
 void RouterStream::OnPoolReady(UpstreamStream& client) {
   pending_ = nullptr;
   client_ = &client;
@@ -494,7 +514,7 @@ void RouterStream::OnPoolReady(UpstreamStream& client) {
   if (retries_ && (retries_->state->attempt() > 1 || replay_held_) && !retries_->held.empty()) {
     // A retry: first what the earlier attempts sent.
     bool end = request_complete_ && body_.empty();
-    client.SendData(retries_->held.data(), retries_->held.size(), end);
+    SendToUpstream(client, retries_->held.data(), retries_->held.size(), end);
   }
   if (!body_.empty() || request_complete_) {
     if (!body_.empty() || (head_->has_body() && (!retries_ || retries_->held.empty()))) {
@@ -514,7 +534,7 @@ void RouterStream::OnPoolReady(UpstreamStream& client) {
 }
 
 void RouterStream::SendBody(const char* data, size_t len, bool end_stream) {
-  client_->SendData(data, len, end_stream);
+  SendToUpstream(*client_, data, len, end_stream);
   if (!retries_ || !retries_->body_whole || len == 0) return;
   Retries& r = *retries_;
   uint32_t limit = route_->buffer_limit ? route_->buffer_limit : router_.config().buffer_limit;

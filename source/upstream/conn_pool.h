@@ -70,6 +70,9 @@ class UpstreamStream {
   // Starts the request; `decoder` receives the response and must outlive it (or call Reset()).
   virtual void StartRequest(ResponseDecoder* decoder, const RequestHead& head) = 0;
   virtual void SendData(const char* data, size_t len, bool end_stream) = 0;
+  // Ends the request body with trailers (after SendData calls without end_stream). HTTP/1.1 has
+  // no place for them here: its client ends the body and drops them (as Envoy does by default).
+  virtual void SendTrailers(const HeaderMap& trailers) { SendData(nullptr, 0, true); }
   // Abandons the request: the decoder gets no more calls.
   virtual void Reset() = 0;
   // Stops (true) or resumes (false) reading the response: downstream backpressure.

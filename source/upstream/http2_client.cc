@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <charconv>
 #include <cstring>
+#include <memory>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "source/common/logger.h"
+#include "source/http/nghttp2_fields.h"
 
 namespace rpx {
 
@@ -14,17 +17,11 @@ namespace {
 // Until the peer's SETTINGS say otherwise, nghttp2 lets a client open this many streams at once.
 constexpr uint32_t kStreamsBeforeSettings = 100;
 
-// Connection-specific fields (RFC 9113 8.2.2) never go out on HTTP/2; Host becomes :authority.
+// Connection-specific fields (RFC 9113 8.2.2) never go out on HTTP/2; Host becomes :authority,
+// and content-length is nghttp2's to state.
 bool DroppedOnHttp2(std::string_view name) {
-  return name == "connection" || name == "keep-alive" || name == "proxy-connection" ||
-         name == "transfer-encoding" || name == "upgrade" || name == "host" ||
-         name == "content-length" || (!name.empty() && name[0] == ':');
-}
-
-nghttp2_nv Nv(std::string_view name, std::string_view value) {
-  return nghttp2_nv{reinterpret_cast<uint8_t*>(const_cast<char*>(name.data())),
-                    reinterpret_cast<uint8_t*>(const_cast<char*>(value.data())), name.size(),
-                    value.size(), NGHTTP2_NV_FLAG_NONE};
+  return IsConnectionSpecific(name) || name == "host" || name == "content-length" ||
+         (!name.empty() && name[0] == ':');
 }
 
 }  // namespace
@@ -36,6 +33,7 @@ class Http2Client::Stream : public UpstreamStream, public DeferredDeletable {
   // UpstreamStream
   void StartRequest(ResponseDecoder* decoder, const RequestHead& head) override;
   void SendData(const char* data, size_t len, bool end_stream) override;
+  void SendTrailers(const HeaderMap& trailers) override;
   void Reset() override;
   void ReadDisable(bool disable) override;
   PoolClient& client() override { return parent_; }
@@ -70,7 +68,8 @@ class Http2Client::Stream : public UpstreamStream, public DeferredDeletable {
   ResponseDecoder* decoder_ = nullptr;
   ResponseHead head_;
   HeaderMap trailers_;
-  Buffer body_;            // request body not framed yet
+  std::unique_ptr<HeaderMap> request_trailers_;  // sent after the last of body_
+  Buffer body_;                                  // request body not framed yet
   size_t unconsumed_ = 0;  // response bytes delivered while read-disabled: acknowledged later
   bool has_body_ = false;
   bool body_end_ = false;       // the router has given the last of the body
@@ -435,6 +434,16 @@ void Http2Client::Stream::SendData(const char* data, size_t len, bool end_stream
   parent_.SendPending();
 }
 
+void Http2Client::Stream::SendTrailers(const HeaderMap& trailers) {
+  if (decoder_ == nullptr || id < 0 || !has_body_ || body_end_) return;
+  auto kept = std::make_unique<HeaderMap>();
+  for (const auto& f : trailers) {
+    if (!DroppedOnHttp2(f.name)) kept->Add(f.name, f.value);
+  }
+  if (!kept->empty()) request_trailers_ = std::move(kept);
+  SendData(nullptr, 0, true);
+}
+
 ssize_t Http2Client::Stream::ReadBody(uint8_t* buf, size_t max, uint32_t* flags) {
   size_t n = std::min(max, body_.size());
   if (n == 0 && !body_end_) {
@@ -449,6 +458,10 @@ ssize_t Http2Client::Stream::ReadBody(uint8_t* buf, size_t max, uint32_t* flags)
     *flags |= NGHTTP2_DATA_FLAG_EOF;
     request_sent_ = true;
     body_.ReleaseIfEmpty();
+    if (request_trailers_) {
+      EndWithTrailers(parent_.session_, id, *request_trailers_, flags);
+      request_trailers_.reset();
+    }
   }
   if (above_watermark_ && body_.size() < parent_.pool_.cluster().buffer_limit / 2) {
     above_watermark_ = false;

@@ -41,6 +41,11 @@ class TestHandler : public StreamHandler {
     if (end_stream && ended_count) ++*ended_count;
     if (end_stream && on_request_end) on_request_end(*this);
   }
+  void OnRequestTrailers(HeaderMap& t) override {
+    for (const auto& f : t) trailers += std::string(f.name) + ": " + std::string(f.value) + "\n";
+    if (trailers_seen) *trailers_seen = trailers;
+    OnRequestData(nullptr, 0, true);
+  }
   void OnDownstreamReset() override {
     resets++;
     if (reset_count) ++*reset_count;
@@ -70,6 +75,8 @@ class TestHandler : public StreamHandler {
   int* reset_count = nullptr;
   size_t* body_total = nullptr;  // the factory's: readable after the handler is gone
   int* ended_count = nullptr;
+  std::string trailers;                  // "name: value\n" each
+  std::string* trailers_seen = nullptr;  // the factory's copy
   std::function<void(TestHandler&)> on_headers, on_request_end;
 };
 
@@ -81,6 +88,7 @@ class Factory : public StreamHandlerFactory {
     h->reset_count = &resets;
     h->body_total = &body_bytes;
     h->ended_count = &requests_ended;
+    h->trailers_seen = &trailers;
     h->on_headers = on_headers;
     h->on_request_end = on_request_end;
     last = h.get();
@@ -92,6 +100,7 @@ class Factory : public StreamHandlerFactory {
   int resets = 0;          // OnDownstreamReset calls, over every handler
   size_t body_bytes = 0;   // request body bytes handed to any handler
   int requests_ended = 0;  // requests whose end reached their handler
+  std::string trailers;    // the last request trailers a handler got
   bool destroyed = false;
   std::function<void(TestHandler&)> on_headers, on_request_end;
 };
@@ -121,6 +130,7 @@ struct Client {
   uint32_t goaway_error = UINT32_MAX;
   std::string upload;  // request body still to send (one stream at a time)
   size_t upload_off = 0;
+  std::string upload_trailer;  // non-empty: the upload ends with trailers x-trailer: this
 
   static int OnHeader(nghttp2_session*, const nghttp2_frame* f, const uint8_t* n, size_t nl,
                       const uint8_t* v, size_t vl, uint8_t, void* u) {
@@ -151,13 +161,21 @@ struct Client {
     if (err != NGHTTP2_NO_ERROR) static_cast<Client*>(u)->streams[id].reset = err;
     return 0;
   }
-  static ssize_t ReadUpload(nghttp2_session*, int32_t, uint8_t* buf, size_t len, uint32_t* flags,
-                            nghttp2_data_source*, void* u) {
+  static ssize_t ReadUpload(nghttp2_session* s, int32_t id, uint8_t* buf, size_t len,
+                            uint32_t* flags, nghttp2_data_source*, void* u) {
     auto* c = static_cast<Client*>(u);
     size_t n = std::min(len, c->upload.size() - c->upload_off);
     memcpy(buf, c->upload.data() + c->upload_off, n);
     c->upload_off += n;
-    if (c->upload_off == c->upload.size()) *flags |= NGHTTP2_DATA_FLAG_EOF;
+    if (c->upload_off == c->upload.size()) {
+      *flags |= NGHTTP2_DATA_FLAG_EOF;
+      if (!c->upload_trailer.empty()) {  // nghttp2's rule: submitted from here
+        *flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
+        nghttp2_nv t[] = {{(uint8_t*)"x-trailer", (uint8_t*)c->upload_trailer.data(), 9,
+                           c->upload_trailer.size(), 0}};
+        nghttp2_submit_trailer(s, id, t, 1);
+      }
+    }
     return static_cast<ssize_t>(n);
   }
 
@@ -278,6 +296,19 @@ TEST_F(Http2ServerConnectionTest, ARequestReachesTheHandlerAndItsResponseTheClie
   EXPECT_TRUE(client_->streams[id].ended);
   EXPECT_TRUE(factory_.destroyed);  // deleted once the stream closed
   EXPECT_EQ(stats_.downstream_rq_2xx.Value(), 1);
+}
+
+TEST_F(Http2ServerConnectionTest, RequestTrailersEndTheRequestAtTheHandler) {
+  Start();
+  factory_.on_request_end = [](TestHandler& h) { h.Respond(2); };
+  client_->upload_trailer = "t1";
+  int32_t id = client_->Request("/upload", "body");
+  Turn(6);
+  ASSERT_EQ(factory_.created, 1);
+  EXPECT_EQ(factory_.body_bytes, 4u);
+  EXPECT_EQ(factory_.requests_ended, 1);
+  EXPECT_EQ(factory_.trailers, "x-trailer: t1\n");
+  EXPECT_EQ(client_->streams[id].status, 200);
 }
 
 TEST_F(Http2ServerConnectionTest, ARequestBodyIsHeldWithItsWindowShutWhileTheHandlerCannotRead) {

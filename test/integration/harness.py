@@ -2201,11 +2201,21 @@ class H2Client(object):
 
 
 
+def grpc_available():
+    """Debian's python3-grpcio can be imported (the gRPC tests skip without it)."""
+    try:
+        import grpc  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
 class H2Origin(object):
     """A scripted HTTP/2 origin (h2c with prior knowledge, or TLS with ALPN h2 when `ssl_context`
     is given), python3-h2 on a thread per connection. By path:
       /echo               200, a JSON body: the request's fields (pseudo-headers included, in
-                          order), body length and sha256, connection and stream numbers
+                          order), body length and sha256, its trailers (or null), connection
+                          and stream numbers
       /hold/N             answered (as /echo) once N /hold streams wait on the same connection
       /bytes/N            N deterministic bytes (det_bytes), within the client's windows
       /trailers           200, body "abc", then trailers grpc-status: 0, x-trailer: yes
@@ -2314,6 +2324,7 @@ class H2Origin(object):
             st = streams[sid]
             return json.dumps({"headers": st["headers"], "body_len": len(st["body"]),
                                "body_sha256": hashlib.sha256(bytes(st["body"])).hexdigest(),
+                               "trailers": st.get("trailers"),
                                "conn": conn_no, "stream": sid}).encode()
 
         def handle(sid):
@@ -2368,6 +2379,9 @@ class H2Origin(object):
                         if ev.stream_id in streams:
                             streams[ev.stream_id]["body"] += ev.data
                         conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
+                    elif isinstance(ev, h2.events.TrailersReceived):
+                        if ev.stream_id in streams:
+                            streams[ev.stream_id]["trailers"] = [list(h) for h in ev.headers]
                     elif isinstance(ev, h2.events.StreamEnded):
                         if ev.stream_id in streams:
                             handle(ev.stream_id)

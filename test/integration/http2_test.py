@@ -18,18 +18,10 @@ import time
 import unittest
 
 from harness import (H2Client, IntegrationTestCase, TestPki, bootstrap, cluster, curl, det_bytes,
-                     downstream_tls, free_port, http_listener, route, sha256, virtual_host,
-                     wait_until)
+                     downstream_tls, free_port, grpc_available, http_listener, route, sha256,
+                     virtual_host, wait_until)
 
 WAIT = 10.0
-
-
-def grpc_available():
-    try:
-        import grpc  # noqa: F401  (Debian python3-grpcio)
-        return True
-    except ImportError:
-        return False
 
 
 class Http2Test(IntegrationTestCase):

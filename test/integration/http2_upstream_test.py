@@ -17,18 +17,11 @@ import time
 import unittest
 
 from harness import (H2Client, H2Origin, IntegrationTestCase, TestPki, UPSTREAM_HTTP_OPTIONS,
-                     bootstrap, cluster, curl, det_bytes, free_port, http_listener,
-                     port_is_listening, repo_file, route, sha256, virtual_host, wait_until)
+                     bootstrap, cluster, curl, det_bytes, free_port, grpc_available,
+                     http_listener, port_is_listening, repo_file, route, sha256, virtual_host,
+                     wait_until)
 
 WAIT = 10.0
-
-
-def grpc_available():
-    try:
-        import grpc  # noqa: F401  (Debian python3-grpcio)
-        return True
-    except ImportError:
-        return False
 
 
 def h2_cluster(name, port, http2_options=None, auto=False, **kwargs):
@@ -278,6 +271,52 @@ class Http2UpstreamTest(IntegrationTestCase):
         # An HTTP/1.1 client gets the body (chunked, the trailers dropped as Envoy does).
         s, _, out = self.get("/trailers")
         self.assertEqual((s, out), (200, b"abc"))
+
+    def test_request_trailers_reach_an_http2_upstream(self):
+        origin = self.start_origin()
+        self.start_proxy([h2_cluster("h2", origin.port)])
+        c = self.h2()
+        sid = c.request("/echo", method="POST", body=b"hello", end=False)
+        c.conn.send_headers(sid, [("x-req-trailer", "one"), ("x-other", "two")], end_stream=True)
+        c.flush()
+        r = c.response(sid)
+        self.assertEqual(r["headers"][":status"], "200")
+        echo = json.loads(bytes(r["data"]))
+        self.assertEqual(echo["body_len"], 5)
+        self.assertEqual(echo["trailers"], [["x-req-trailer", "one"], ["x-other", "two"]])
+        # Trailers right after the head (no DATA at all) end the request too.
+        sid = c.request("/echo", method="POST", end=False)
+        c.conn.send_headers(sid, [("x-only", "trailers")], end_stream=True)
+        c.flush()
+        echo = json.loads(bytes(c.response(sid)["data"]))
+        self.assertEqual((echo["body_len"], echo["trailers"]), (0, [["x-only", "trailers"]]))
+
+    def test_request_trailers_are_dropped_for_an_http1_upstream(self):
+        echo = self.start_echo()
+        self.start_proxy([cluster("h1", echo.port)])
+        c = self.h2()
+        sid = c.request("/echo", method="POST", body=b"hello", end=False)
+        c.conn.send_headers(sid, [("x-req-trailer", "one")], end_stream=True)
+        c.flush()
+        r = c.response(sid)
+        self.assertEqual(r["headers"][":status"], "200")
+        self.assertEqual(json.loads(bytes(r["data"]))["body_length"], 5)
+        self.assertNotIn(b"x-req-trailer", bytes(r["data"]))
+
+    def test_oversized_request_trailers_reset_the_stream(self):
+        origin = self.start_origin()
+        self.start_proxy([h2_cluster("h2", origin.port)])
+        c = self.h2()
+        sid = c.request("/echo", method="POST", body=b"x", end=False)
+        c.conn.send_headers(sid, [("x-big-%d" % i, "v" * 1000) for i in range(80)],
+                            end_stream=True)
+        c.flush()
+        r = c.response(sid)
+        self.assertIsNotNone(r["reset"])
+        self.assertEqual(self.proxy.stat("http.main.http2.header_overflow"), 1)
+        # The connection serves the next stream.
+        r = c.response(c.request("/echo"))
+        self.assertEqual(r["headers"][":status"], "200")
 
     # --- real origins ---
 

@@ -67,6 +67,10 @@ class FakeH2Upstream {
   uint16_t port() const { return port_; }
   int connections() const { return connections_; }
   int max_open() const { return max_open_; }
+  std::vector<std::string> request_trailers() {
+    std::lock_guard<std::mutex> l(mu_);
+    return request_trailers_;
+  }
   std::atomic<bool> release{false};
 
  private:
@@ -123,8 +127,13 @@ class FakeH2Upstream {
         cb, [](nghttp2_session*, const nghttp2_frame* f, const uint8_t* n, size_t nl,
                const uint8_t* v, size_t vl, uint8_t, void* u) {
           auto* c = static_cast<Conn*>(u);
-          if (std::string((const char*)n, nl) == ":path")
-            c->paths[f->hd.stream_id] = std::string((const char*)v, vl);
+          std::string name((const char*)n, nl), value((const char*)v, vl);
+          if (f->headers.cat == NGHTTP2_HCAT_HEADERS) {  // the request's trailers
+            std::lock_guard<std::mutex> l(c->server->mu_);
+            c->server->request_trailers_.push_back(name + ": " + value);
+          } else if (name == ":path") {
+            c->paths[f->hd.stream_id] = value;
+          }
           return 0;
         });
     nghttp2_session_callbacks_set_on_begin_headers_callback(
@@ -193,6 +202,7 @@ class FakeH2Upstream {
   std::atomic<int> max_open_{0};
   std::mutex mu_;
   std::vector<int> fds_;
+  std::vector<std::string> request_trailers_;  // "name: value", every stream's
   std::vector<std::thread> threads_;
   std::thread acceptor_;
 };
@@ -224,7 +234,15 @@ class TestStream : public PoolCallbacks, public ResponseDecoder {
     head.method = "GET";
     head.path = path;
     head.host = "example";
+    if (!request_body.empty()) {
+      head.method = "POST";
+      head.chunked = true;
+    }
     s.StartRequest(this, head);
+    if (!request_body.empty()) {
+      s.SendData(request_body.data(), request_body.size(), false);
+      s.SendTrailers(request_trailers);
+    }
   }
   void OnPoolFailure(PoolFailure, const std::string& d) override {
     failed = true;
@@ -256,6 +274,8 @@ class TestStream : public PoolCallbacks, public ResponseDecoder {
   }
 
   std::string path;
+  std::string request_body;  // POSTed, then request_trailers end it
+  HeaderMap request_trailers;
   UpstreamStream* stream = nullptr;
   bool complete = false, reset = false, failed = false;
   UpstreamResetReason reason = UpstreamResetReason::kLocalReset;
@@ -304,6 +324,21 @@ TEST_F(Http2ClientTest, StreamsShareOneConnection) {
   pool.NewStream(*v.back());
   ASSERT_TRUE(RunUntilAll(v));
   EXPECT_EQ(up.connections(), 1);
+}
+
+TEST_F(Http2ClientTest, RequestTrailersEndTheRequest) {
+  FakeH2Upstream up;
+  auto info = MakeCluster();
+  ConnPool pool(dispatcher_, info, MakeHost(up.port()), info->stats[0]);
+  std::vector<std::unique_ptr<TestStream>> v;
+  v.push_back(std::make_unique<TestStream>("/"));
+  v.back()->request_body = "hello";
+  v.back()->request_trailers.Add("x-checksum", "abc");
+  v.back()->request_trailers.Add("connection", "close");  // connection-specific: not sent
+  pool.NewStream(*v.back());
+  ASSERT_TRUE(RunUntilAll(v));
+  EXPECT_EQ(v[0]->status, 200);  // the server answers at END_STREAM, which the trailers carry
+  EXPECT_EQ(up.request_trailers(), std::vector<std::string>{"x-checksum: abc"});
 }
 
 TEST_F(Http2ClientTest, MaxConcurrentStreamsOpensMoreConnections) {
