@@ -388,6 +388,36 @@ virtual_hosts: [{name: v, domains: ["*"], routes: [{match: {prefix: "/"}, route:
             std::string::npos);
 }
 
+TEST(RouteTableTest, MaxStreamDurationFields) {
+  auto t = Build(R"(
+virtual_hosts:
+- name: v
+  domains: ["*"]
+  routes:
+  - match: {prefix: "/grpc"}
+    route:
+      cluster: c
+      max_stream_duration:
+        max_stream_duration: 2s
+        grpc_timeout_header_max: 0.5s
+        grpc_timeout_header_offset: 0.01s
+  - match: {prefix: "/"}
+    route: {cluster: c}
+)");
+  ASSERT_TRUE(t);
+  const VirtualHostEntry* vh;
+  const RouteEntry* r = t->Route(Req("h", "/grpc"), &vh);
+  ASSERT_TRUE(r->max_stream_duration_ms);
+  EXPECT_EQ(*r->max_stream_duration_ms, 2000u);
+  ASSERT_TRUE(r->grpc_timeout_header_max_ms);
+  EXPECT_EQ(*r->grpc_timeout_header_max_ms, 500u);
+  EXPECT_EQ(r->grpc_timeout_header_offset_ms, 10u);
+  r = t->Route(Req("h", "/other"), &vh);
+  EXPECT_FALSE(r->max_stream_duration_ms);
+  EXPECT_FALSE(r->grpc_timeout_header_max_ms);
+  EXPECT_EQ(r->grpc_timeout_header_offset_ms, 0u);
+}
+
 TEST(RouteTableTest, RedirectLocations) {
   auto t = Build(R"(
 virtual_hosts:
