@@ -9,6 +9,8 @@ Where things come from (set by integration_test.sh under Bazel, or by hand):
   RPX_QUICKSTART_CONFIG   configs/quickstart.yaml (default: <repo>/configs/quickstart.yaml)
   XDS_SERVER_BIN          the reference control plane tools/xds_server/xds_server
                           (default: <repo>/bazel-bin/tools/xds_server/xds_server)
+  RPXCTL_BIN              its command line tools/rpxctl/rpxctl
+                          (default: <repo>/bazel-bin/tools/rpxctl/rpxctl)
   RPX_TEST_KEEP_TMP=1     keep the temporary directories (configs, rpx logs) for debugging
 """
 
@@ -86,6 +88,11 @@ def rpx_bin():
 def xds_server_bin():
     """Path of the reference control plane (tools/xds_server)."""
     return _find_bin("XDS_SERVER_BIN", "tools/xds_server/xds_server")
+
+
+def rpxctl_bin():
+    """Path of the control API's command line (tools/rpxctl)."""
+    return _find_bin("RPXCTL_BIN", "tools/rpxctl/rpxctl")
 
 
 def tcp_relay_bin():
@@ -897,13 +904,22 @@ class XdsServer(object):
     Every start appends to one log (stdout of each run, after a "=== harness: start #N ===" line),
     so a mark (a line count) stays valid across restart(). After the first start the port is
     fixed: a restart listens on the same one.
+
+    By default it serves what the files say without checking it (`--unchecked`), so tests can
+    see how rpx handles bad resources; `checked=True` runs it as users do. `control=True` serves
+    the control API too (see rpxctl()).
     """
 
     _LISTENING = re.compile(r"^xds_server listening on .*:(\d+) dir=")
+    _CONTROL = re.compile(r"^control API listening on .*:(\d+)$")
 
-    def __init__(self, port=0, poll_ms=200):
+    def __init__(self, port=0, poll_ms=200, checked=False, control=False, extra_args=()):
         self.port = port
         self.poll_ms = poll_ms
+        self.checked = checked
+        self.control = control
+        self.control_port = 0
+        self.extra_args = list(extra_args)
         self.dir = make_tmpdir("rpx-it-xds-")
         self.resource_dir = os.path.join(self.dir, "resources")
         os.mkdir(self.resource_dir)
@@ -940,11 +956,19 @@ class XdsServer(object):
             self._files = [out, err]
             cmd = _PREFIX + [xds_server_bin(), "--port", str(self.port), "--dir",
                              self.resource_dir, "--poll-ms", str(self.poll_ms)]
+            if not self.checked:
+                cmd.append("--unchecked")
+            if self.control:
+                cmd += ["--control-port", str(self.control_port)]
+            cmd += self.extra_args
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
             while True:
                 m = self.find(self._LISTENING, mark)
-                if m:
+                c = self.find(self._CONTROL, mark) if self.control else True
+                if m and c:
                     self.port = int(m[-1].group(1))
+                    if self.control:
+                        self.control_port = int(c[-1].group(1))
                     return self
                 if self.proc.poll() is not None:
                     break
@@ -1023,6 +1047,12 @@ class XdsServer(object):
             if value is not None:
                 doc[key] = list(value)
         return self.write_file(filename, to_yaml(doc) if doc else "{}\n")
+
+    def rpxctl(self, *args, input_text=None, timeout=60):
+        """Runs rpxctl against this server's control API. Returns the CompletedProcess (text)."""
+        cmd = [rpxctl_bin(), "--server", "127.0.0.1:%d" % self.control_port] + list(args)
+        return subprocess.run(cmd, input=input_text, capture_output=True, text=True,
+                              timeout=timeout)
 
     def remove_file(self, filename):
         mark = self.mark()
@@ -2477,10 +2507,12 @@ class IntegrationTestCase(unittest.TestCase):
         self.addCleanup(dns.stop)
         return dns
 
-    def start_xds_server(self, files=None, port=0, poll_ms=200):
+    def start_xds_server(self, files=None, port=0, poll_ms=200, checked=False, control=False,
+                         extra_args=()):
         """Starts tools/xds_server on a fresh resource directory holding `files` (file name ->
         dict of write_resources() arguments) from the start; stopped (by PID) at cleanup."""
-        xds = XdsServer(port=port, poll_ms=poll_ms)
+        xds = XdsServer(port=port, poll_ms=poll_ms, checked=checked, control=control,
+                        extra_args=extra_args)
         self.addCleanup(xds.cleanup)
         for name, lists in (files or {}).items():
             xds.write_resources(name, **lists)

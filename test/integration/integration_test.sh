@@ -30,12 +30,16 @@ if [[ -n "$runfiles" ]]; then
   if [[ -z "${XDS_SERVER_BIN:-}" && -x "$runfiles/tools/xds_server/xds_server" ]]; then
     export XDS_SERVER_BIN="$runfiles/tools/xds_server/xds_server"
   fi
+  if [[ -z "${RPXCTL_BIN:-}" && -x "$runfiles/tools/rpxctl/rpxctl" ]]; then
+    export RPXCTL_BIN="$runfiles/tools/rpxctl/rpxctl"
+  fi
 else
   script_dir="$here"
   repo="$(cd "$here/../.." && pwd)"
   export RPX_BIN="${RPX_BIN:-$repo/bazel-bin/source/exe/rpx}"
   export RPX_QUICKSTART_CONFIG="${RPX_QUICKSTART_CONFIG:-$repo/configs/quickstart.yaml}"
   export XDS_SERVER_BIN="${XDS_SERVER_BIN:-$repo/bazel-bin/tools/xds_server/xds_server}"
+  export RPXCTL_BIN="${RPXCTL_BIN:-$repo/bazel-bin/tools/rpxctl/rpxctl}"
 fi
 
 if [[ -z "${RPX_BIN:-}" || ! -x "$RPX_BIN" ]]; then

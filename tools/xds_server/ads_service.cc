@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "tools/xds_server/control_service.h"
 
 // DESIGN
 //
@@ -113,49 +114,97 @@ void PackResource(ResourceType type, const Resource& r, google::protobuf::Any* a
   any->set_value(r.bytes);
 }
 
-class SotwSession {
+// What both session kinds share: who the node is, the log and the fleet.
+class SessionBase {
+ public:
+  SessionBase(const LogFn& log, std::string service, Fleet* fleet)
+      : log_(log), service_(std::move(service)), fleet_(fleet) {}
+
+  const std::string& node_id() const { return node_.id; }
+  const NodeInfo& node() const { return node_; }
+  bool opened() const { return opened_; }
+
+  // The stream's first request names the node.
+  void Open(const envoy::config::core::v3::Node& node, const std::string& peer, const char* mode) {
+    opened_ = true;
+    node_.id = OneLine(node.id());
+    node_.cluster = OneLine(node.cluster());
+    for (const auto& [key, value] : node.metadata().fields()) {
+      if (value.kind_case() == google::protobuf::Value::kStringValue) {
+        node_.metadata[key] = value.string_value();
+      }
+    }
+    log_(absl::StrCat("stream open node=", node_.id, " mode=", mode,
+                      service_.empty() ? "" : " service=", service_));
+    if (fleet_) fleet_->StreamOpened(node_, peer);
+  }
+
+  void Close() {
+    if (!opened_) return;
+    log_(absl::StrCat("stream closed node=", node_.id));
+    if (fleet_) fleet_->StreamClosed(node_.id);
+  }
+
+ protected:
+  void Ack(ResourceType type, const std::string& common, const std::string& version) {
+    log_(absl::StrCat("ACK", common));
+    if (fleet_) fleet_->Acked(node_.id, type, version);
+  }
+  void Nack(ResourceType type, const std::string& common, const std::string& version,
+            const std::string& error) {
+    log_(absl::StrCat("NACK", common, " error=", OneLine(error)));
+    if (fleet_) fleet_->Nacked(node_.id, type, version, error);
+  }
+  void Pushed(ResourceType type, const std::string& version) {
+    if (fleet_) fleet_->Pushed(node_.id, type, version);
+  }
+  void Heard() {
+    if (fleet_) fleet_->Heard(node_.id);
+  }
+
+  const LogFn& log_;
+  const std::string service_;  // a type's own service; empty: ADS
+  Fleet* const fleet_;
+  bool opened_ = false;
+  NodeInfo node_;
+};
+
+class SotwSession : public SessionBase {
  public:
   using Request = DiscoveryRequest;
   using Response = DiscoveryResponse;
   static constexpr const char* kMode = "sotw";
 
-  SotwSession(const LogFn& log, std::string service) : log_(log), service_(std::move(service)) {}
-
-  const std::string& node_id() const { return node_id_; }
-  bool opened() const { return opened_; }
+  SotwSession(const LogFn& log, std::string service, Fleet* fleet)
+      : SessionBase(log, std::move(service), fleet) {}
 
   void OnRequest(const DiscoveryRequest& req, const std::shared_ptr<const Snapshot>& snapshot,
                  std::vector<DiscoveryResponse>* out) {
-    if (!opened_) {
-      opened_ = true;
-      node_id_ = OneLine(req.node().id());
-      log_(absl::StrCat("stream open node=", node_id_, " mode=", kMode,
-                        service_.empty() ? "" : " service=", service_));
-    }
+    Heard();
     ResourceType type;
     if (!ParseTypeUrl(req.type_url(), &type)) {
       if (ignored_.insert(req.type_url()).second) {
-        log_(absl::StrCat("ignored node=", node_id_, " type_url=", OneLine(req.type_url())));
+        log_(absl::StrCat("ignored node=", node_.id, " type_url=", OneLine(req.type_url())));
       }
       return;
     }
     TypeState& st = types_[static_cast<int>(type)];
-    log_(absl::StrCat("request node=", node_id_, " type=", ShortTypeName(type), " nonce=",
+    log_(absl::StrCat("request node=", node_.id, " type=", ShortTypeName(type), " nonce=",
                       OneLine(req.response_nonce()), " names=", Names(req.resource_names())));
     // Nothing sent yet: any nonce is accepted (it may answer a previous server instance).
     if (!st.last_nonce.empty()) {
       if (req.response_nonce() != st.last_nonce) {
-        log_(absl::StrCat("stale node=", node_id_, " type=", ShortTypeName(type),
+        log_(absl::StrCat("stale node=", node_.id, " type=", ShortTypeName(type),
                           " nonce=", OneLine(req.response_nonce()), " expected=", st.last_nonce));
         return;
       }
       std::string common =
-          absl::StrCat(" node=", node_id_, " type=", ShortTypeName(type),
+          absl::StrCat(" node=", node_.id, " type=", ShortTypeName(type),
                        " version=", OneLine(req.version_info()), " nonce=", st.last_nonce);
       if (req.has_error_detail()) {
-        log_(absl::StrCat("NACK", common, " error=", OneLine(req.error_detail().message())));
+        Nack(type, common, req.version_info(), req.error_detail().message());
       } else {
-        log_(absl::StrCat("ACK", common));
+        Ack(type, common, req.version_info());
       }
     }
     std::set<std::string> names(req.resource_names().begin(), req.resource_names().end());
@@ -164,7 +213,7 @@ class SotwSession {
       // The legacy wildcard (an empty list) lasts while the lists stay empty.
       wildcard = names.erase("*") > 0 || (names.empty() && (!st.subscribed || st.wildcard));
     }
-    LogSubscriptionChange(log_, node_id_, type, st.wildcard, st.names, wildcard, names);
+    LogSubscriptionChange(log_, node_.id, type, st.wildcard, st.names, wildcard, names);
     st.subscribed = true;
     st.names = std::move(names);
     st.wildcard = wildcard;
@@ -210,7 +259,8 @@ class SotwSession {
     resp.set_nonce(absl::StrCat(++nonce_counter_));
     for (const std::string& name : names) PackResource(type, all.at(name), resp.add_resources());
     st.last_nonce = resp.nonce();
-    log_(absl::StrCat("push node=", node_id_, " type=", ShortTypeName(type),
+    Pushed(type, resp.version_info());
+    log_(absl::StrCat("push node=", node_.id, " type=", ShortTypeName(type),
                       " version=", resp.version_info(), " nonce=", resp.nonce(),
                       " resources=", absl::StrJoin(names, ",")));
   }
@@ -226,38 +276,27 @@ class SotwSession {
     return true;
   }
 
-  const LogFn& log_;
-  const std::string service_;  // a type's own service; empty: ADS
-  bool opened_ = false;
-  std::string node_id_;
   uint64_t nonce_counter_ = 0;
   std::array<TypeState, kNumResourceTypes> types_;
   std::set<std::string> ignored_;
 };
 
-class DeltaSession {
+class DeltaSession : public SessionBase {
  public:
   using Request = DeltaDiscoveryRequest;
   using Response = DeltaDiscoveryResponse;
   static constexpr const char* kMode = "delta";
 
-  DeltaSession(const LogFn& log, std::string service) : log_(log), service_(std::move(service)) {}
-
-  const std::string& node_id() const { return node_id_; }
-  bool opened() const { return opened_; }
+  DeltaSession(const LogFn& log, std::string service, Fleet* fleet)
+      : SessionBase(log, std::move(service), fleet) {}
 
   void OnRequest(const DeltaDiscoveryRequest& req, const std::shared_ptr<const Snapshot>& snapshot,
                  std::vector<DeltaDiscoveryResponse>* out) {
-    if (!opened_) {
-      opened_ = true;
-      node_id_ = OneLine(req.node().id());
-      log_(absl::StrCat("stream open node=", node_id_, " mode=", kMode,
-                        service_.empty() ? "" : " service=", service_));
-    }
+    Heard();
     ResourceType type;
     if (!ParseTypeUrl(req.type_url(), &type)) {
       if (ignored_.insert(req.type_url()).second) {
-        log_(absl::StrCat("ignored node=", node_id_, " type_url=", OneLine(req.type_url())));
+        log_(absl::StrCat("ignored node=", node_.id, " type_url=", OneLine(req.type_url())));
       }
       return;
     }
@@ -266,18 +305,18 @@ class DeltaSession {
       uint64_t nonce = 0;
       auto it = absl::SimpleAtoi(req.response_nonce(), &nonce) ? st.nonce_versions.find(nonce)
                                                                : st.nonce_versions.end();
+      std::string version = it == st.nonce_versions.end() ? "?" : it->second;
       std::string common =
-          absl::StrCat(" node=", node_id_, " type=", ShortTypeName(type),
-                       " version=", it == st.nonce_versions.end() ? "?" : it->second,
+          absl::StrCat(" node=", node_.id, " type=", ShortTypeName(type), " version=", version,
                        " nonce=", OneLine(req.response_nonce()));
       if (req.has_error_detail()) {
-        log_(absl::StrCat("NACK", common, " error=", OneLine(req.error_detail().message())));
+        Nack(type, common, version, req.error_detail().message());
       } else {
-        log_(absl::StrCat("ACK", common));
+        Ack(type, common, version);
       }
     }
 
-    log_(absl::StrCat("request node=", node_id_, " type=", ShortTypeName(type),
+    log_(absl::StrCat("request node=", node_.id, " type=", ShortTypeName(type),
                       " nonce=", OneLine(req.response_nonce()),
                       " subscribe=", Names(req.resource_names_subscribe()),
                       " unsubscribe=", Names(req.resource_names_unsubscribe())));
@@ -305,7 +344,7 @@ class DeltaSession {
       // a wildcard it keeps the resource.
       if (!st.wildcard) st.known.erase(name);
     }
-    LogSubscriptionChange(log_, node_id_, type, was_wildcard, was, st.wildcard, st.names);
+    LogSubscriptionChange(log_, node_.id, type, was_wildcard, was, st.wildcard, st.names);
     for (const auto& [name, version] : req.initial_resource_versions()) st.known[name] = version;
     Respond(type, snapshot, out);
   }
@@ -366,16 +405,13 @@ class DeltaSession {
     resp.set_system_version_info(snapshot->version);
     resp.set_type_url(TypeUrl(type));
     resp.set_nonce(absl::StrCat(nonce));
-    log_(absl::StrCat("push node=", node_id_, " type=", ShortTypeName(type), " version=",
+    Pushed(type, snapshot->version);
+    log_(absl::StrCat("push node=", node_.id, " type=", ShortTypeName(type), " version=",
                       snapshot->version, " nonce=", nonce, " resources=", absl::StrJoin(sent, ","),
                       " removed=", absl::StrJoin(resp.removed_resources(), ",")));
     out->push_back(std::move(resp));
   }
 
-  const LogFn& log_;
-  const std::string service_;  // a type's own service; empty: ADS
-  bool opened_ = false;
-  std::string node_id_;
   uint64_t nonce_counter_ = 0;
   std::array<TypeState, kNumResourceTypes> types_;
   std::set<std::string> ignored_;
@@ -383,13 +419,24 @@ class DeltaSession {
 
 }  // namespace
 
-AdsService::AdsService(LogFn log) : log_(std::move(log)) {}
+AdsService::AdsService(LogFn log, Fleet* fleet) : log_(std::move(log)), fleet_(fleet) {}
 
 AdsService::~AdsService() { Shutdown(); }
 
 void AdsService::SetSnapshot(std::shared_ptr<const Snapshot> snapshot) {
+  SetSelector([snapshot](const NodeInfo&) { return snapshot; });
+}
+
+void AdsService::SetSelector(Selector selector) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    selector_ = std::move(selector);
+  }
+  Notify();
+}
+
+void AdsService::Notify() {
   std::lock_guard<std::mutex> lock(mu_);
-  snapshot_ = std::move(snapshot);
   for (StreamSignals* s : streams_) {
     std::lock_guard<std::mutex> stream_lock(s->mu);
     s->snapshot_changed = true;
@@ -419,9 +466,13 @@ void AdsService::Unregister(StreamSignals* signals) {
   streams_.erase(signals);
 }
 
-std::shared_ptr<const Snapshot> AdsService::snapshot() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return snapshot_;
+std::shared_ptr<const Snapshot> AdsService::SnapshotFor(const NodeInfo& node) const {
+  Selector selector;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    selector = selector_;
+  }
+  return selector ? selector(node) : nullptr;
 }
 
 template <typename Session, typename Request, typename Response>
@@ -446,7 +497,7 @@ grpc::Status AdsService::RunStream(grpc::ServerContext* context,
     signals.cv.notify_one();
   });
 
-  Session session(log_, service);
+  Session session(log_, service, fleet_);
   bool reader_done = false;
   while (true) {
     std::deque<Request> requests;
@@ -465,11 +516,20 @@ grpc::Status AdsService::RunStream(grpc::ServerContext* context,
       requests.swap(inbox);
       std::swap(snapshot_changed, signals.snapshot_changed);
     }
-    // Taken after the wake-up, so a change that lands meanwhile is seen now or flagged again.
-    std::shared_ptr<const Snapshot> current = snapshot();
     std::vector<Response> out;
-    for (const Request& req : requests) session.OnRequest(req, current, &out);
-    if (snapshot_changed) session.OnSnapshot(current, &out);
+    std::shared_ptr<const Snapshot> current;
+    for (const Request& req : requests) {
+      if (!session.opened()) session.Open(req.node(), context->peer(), Session::kMode);
+      // Taken after the wake-up, so a change that lands meanwhile is seen now or flagged again.
+      current = SnapshotFor(session.node());
+      session.OnRequest(req, current, &out);
+    }
+    if (snapshot_changed && session.opened()) {
+      current = SnapshotFor(session.node());
+      session.OnSnapshot(current, &out);
+    }
+    if (fleet_ != nullptr && current != nullptr)
+      fleet_->Evaluated(session.node_id(), current->version);
     bool write_failed = false;
     for (const Response& resp : out) {
       if (!stream->Write(resp)) {
@@ -483,7 +543,7 @@ grpc::Status AdsService::RunStream(grpc::ServerContext* context,
   if (!reader_done) context->TryCancel();
   reader.join();
   Unregister(&signals);
-  if (session.opened()) log_(absl::StrCat("stream closed node=", session.node_id()));
+  session.Close();
   return grpc::Status::OK;
 }
 
@@ -559,38 +619,80 @@ std::vector<std::unique_ptr<grpc::Service>> TypeServices(AdsService* ads) {
 
 }  // namespace
 
+namespace {
+
+StoreOptions MakeStoreOptions(const XdsServerOptions& o) {
+  StoreOptions s;
+  s.dir = o.dir;
+  s.history_limit = o.history_limit;
+  s.check = o.check;
+  s.check_options.external_clusters = o.static_clusters;
+  return s;
+}
+
+std::string HostPort(std::string host, int port) {
+  if (host.find(':') != std::string::npos && host.front() != '[') host = "[" + host + "]";
+  return absl::StrCat(host, ":", port);
+}
+
+}  // namespace
+
 XdsServer::XdsServer(XdsServerOptions options, LogFn log)
     : options_(std::move(options)),
       log_(std::move(log)),
-      source_(options_.dir, log_),
-      service_(log_),
+      fleet_(options_.gone_ttl),
+      store_(MakeStoreOptions(options_), log_),
+      service_(log_, &fleet_),
       type_services_(TypeServices(&service_)),
-      poller_(&source_, options_.poll_interval,
-              [this](std::shared_ptr<const Snapshot> s) { service_.SetSnapshot(std::move(s)); }) {}
+      poller_([this](bool force) { store_.ReloadDirectory(force); }, options_.poll_interval) {}
 
 XdsServer::~XdsServer() { Stop(); }
 
 bool XdsServer::Start(std::string* error) {
-  source_.Reload(/*force=*/true);
-  if (auto snapshot = source_.current()) service_.SetSnapshot(std::move(snapshot));
+  store_.Open();
+  store_.SetOnChange([this] { service_.Notify(); });
+  service_.SetSelector([this](const NodeInfo& node) {
+    uint64_t version = 0;
+    return store_.ForNode(node, &version);
+  });
 
-  std::string host = options_.address;
-  if (host.find(':') != std::string::npos && host.front() != '[') host = "[" + host + "]";
   grpc::ServerBuilder builder;
   // gRPC turns SO_REUSEPORT on by default: a second server on a fixed port would then share it
   // silently instead of failing.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.AddListeningPort(absl::StrCat(host, ":", options_.port),
-                           grpc::InsecureServerCredentials(), &port_);
+  std::string where = HostPort(options_.address, options_.port);
+  builder.AddListeningPort(where, grpc::InsecureServerCredentials(), &port_);
   builder.RegisterService(&service_);
   for (auto& s : type_services_) builder.RegisterService(s.get());
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port_ == 0) {
-    *error = absl::StrCat("cannot listen on ", host, ":", options_.port);
+    *error = absl::StrCat("cannot listen on ", where);
     server_.reset();
     return false;
   }
-  log_(absl::StrCat("xds_server listening on ", host, ":", port_, " dir=", options_.dir));
+  if (options_.control_port >= 0) {
+    control_service_ = std::make_unique<ControlService>(&store_, &fleet_, log_);
+    grpc::ServerBuilder control;
+    control.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+    std::string control_where = HostPort(options_.control_address, options_.control_port);
+    control.AddListeningPort(control_where, grpc::InsecureServerCredentials(), &control_port_);
+    control.RegisterService(control_service_.get());
+    control_server_ = control.BuildAndStart();
+    if (control_server_ == nullptr || control_port_ == 0) {
+      *error = absl::StrCat("cannot listen on ", control_where, " (control API)");
+      control_server_.reset();
+      server_->Shutdown();
+      server_->Wait();
+      server_.reset();
+      return false;
+    }
+  }
+  log_(absl::StrCat("xds_server listening on ", HostPort(options_.address, port_),
+                    " dir=", options_.dir));
+  if (control_server_) {
+    log_(absl::StrCat("control API listening on ",
+                      HostPort(options_.control_address, control_port_)));
+  }
   poller_.Start();
   return true;
 }
@@ -602,10 +704,13 @@ void XdsServer::Stop(std::chrono::milliseconds grace) {
   stopped_ = true;
   poller_.Stop();
   service_.Shutdown();
+  auto deadline = std::chrono::system_clock::now() + grace;
+  if (control_server_ != nullptr) control_server_->Shutdown(deadline);
   if (server_ != nullptr) {
-    server_->Shutdown(std::chrono::system_clock::now() + grace);
+    server_->Shutdown(deadline);
     server_->Wait();
   }
+  if (control_server_ != nullptr) control_server_->Wait();
 }
 
 }  // namespace xds_server

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -22,19 +23,30 @@
 #include "envoy/service/route/v3/rds.grpc.pb.h"
 #include "envoy/service/secret/v3/sds.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "tools/xds_server/fleet.h"
 #include "tools/xds_server/snapshot.h"
+#include "tools/xds_server/store.h"
 
 namespace rpx {
 namespace xds_server {
 
 class AdsService final : public envoy::service::discovery::v3::AggregatedDiscoveryService::Service {
  public:
-  explicit AdsService(LogFn log);
+  // Picks the snapshot a node is served (null: none yet). Any thread.
+  using Selector = std::function<std::shared_ptr<const Snapshot>(const NodeInfo& node)>;
+
+  // `fleet` (may be null) is told about every stream's node, pushes, ACKs and NACKs; it must
+  // outlive the service.
+  explicit AdsService(LogFn log, Fleet* fleet = nullptr);
   ~AdsService() override;
 
-  // Makes `snapshot` current and wakes every stream to push what changed for it. Streams that
-  // subscribe before the first snapshot get their first response when it arrives.
+  // Serves `snapshot` to every node and wakes every stream to push what changed for it. Streams
+  // that subscribe before the first snapshot get their first response when it arrives.
   void SetSnapshot(std::shared_ptr<const Snapshot> snapshot);
+  // Serves each node what `selector` picks for it, and wakes every stream.
+  void SetSelector(Selector selector);
+  // Wakes every stream to ask the selector again (after the snapshots it picks from changed).
+  void Notify();
 
   // Ends every open stream promptly (cancelling its call) and refuses new ones, so that
   // grpc::Server::Shutdown does not wait on handlers blocked for the next event.
@@ -74,11 +86,12 @@ class AdsService final : public envoy::service::discovery::v3::AggregatedDiscove
                          const std::string& service);
   bool Register(StreamSignals* signals);
   void Unregister(StreamSignals* signals);
-  std::shared_ptr<const Snapshot> snapshot() const;
+  std::shared_ptr<const Snapshot> SnapshotFor(const NodeInfo& node) const;
 
   LogFn log_;
+  Fleet* const fleet_;
   mutable std::mutex mu_;  // Guards the fields below; taken before any StreamSignals::mu.
-  std::shared_ptr<const Snapshot> snapshot_;
+  Selector selector_;
   std::set<StreamSignals*> streams_;
   bool shutdown_ = false;
 };
@@ -88,33 +101,47 @@ struct XdsServerOptions {
   int port = 0;  // 0: the kernel picks a free port; see XdsServer::port().
   std::string dir;
   std::chrono::milliseconds poll_interval{200};
+  // The control API (rpx.control.v1.ControlService); -1: not served, 0: a free port.
+  std::string control_address = "127.0.0.1";
+  int control_port = -1;
+  size_t history_limit = 100;
+  bool check = true;
+  std::set<std::string> static_clusters;
+  std::chrono::milliseconds gone_ttl = std::chrono::minutes(10);
 };
 
-// Loads the directory, listens, and pushes every change of the directory to the open streams.
+// Loads the directory, listens, and pushes every change (of the directory or through the control
+// API) to the open streams, each node getting the version its group is assigned.
 // Start, RequestReload and Stop may be called from different threads, but Stop only once.
 class XdsServer {
  public:
   XdsServer(XdsServerOptions options, LogFn log);
   ~XdsServer();  // Stops if running.
 
-  // Loads the directory (a failure is logged, and streams wait for the first good load), starts
-  // listening and logs "xds_server listening on ADDR:PORT dir=DIR". False if it cannot listen.
+  // Loads the history and the directory (a failure is logged, and streams wait for the first good
+  // version), starts listening and logs "xds_server listening on ADDR:PORT dir=DIR" (and
+  // "control API listening on ADDR:PORT"). False if it cannot listen.
   bool Start(std::string* error);
   int port() const { return port_; }
+  int control_port() const { return control_port_; }
   // Reloads now even if the directory looks unchanged (SIGHUP).
   void RequestReload();
-  // Ends the streams and stops the gRPC server, cancelling what is left after `grace`.
+  // Ends the streams and stops the gRPC servers, cancelling what is left after `grace`.
   void Stop(std::chrono::milliseconds grace = std::chrono::milliseconds(1000));
 
  private:
   XdsServerOptions options_;
   LogFn log_;
-  SnapshotSource source_;
+  Fleet fleet_;
+  Store store_;
   AdsService service_;
   std::vector<std::unique_ptr<grpc::Service>> type_services_;  // LDS, CDS, RDS, EDS, SDS
+  std::unique_ptr<grpc::Service> control_service_;
   DirectoryPoller poller_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<grpc::Server> control_server_;
   int port_ = 0;
+  int control_port_ = 0;
   bool stopped_ = false;
 };
 

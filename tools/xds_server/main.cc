@@ -1,6 +1,7 @@
 // xds_server: a reference ADS control plane (state of the world and delta) serving the Envoy v3
-// resources of a directory of YAML files, pushing a new version whenever a file changes.
-// Used by the docs walkthroughs and rpx's integration tests. Log: one event per line on stdout.
+// resources of a directory of YAML files, pushing a new version whenever a file changes or a
+// change arrives through the control API (rpxctl). Used by the docs walkthroughs and rpx's
+// integration tests. Log: one event per line on stdout.
 #include <signal.h>
 
 #include <cstdio>
@@ -8,18 +9,29 @@
 #include <mutex>
 #include <string>
 
+#include "absl/strings/str_split.h"
 #include "tools/xds_server/ads_service.h"
 
 namespace {
 
 void Usage(FILE* out) {
-  fprintf(out,
-          "usage: xds_server --dir DIR [options]\n"
-          "  --dir DIR        directory of *.yaml/*.yml files (rpx.tools.v1.ResourceFile)\n"
-          "  --port N         port to listen on (default 0: pick a free one, shown in the log)\n"
-          "  --address ADDR   address to listen on (default 127.0.0.1)\n"
-          "  --poll-ms N      how often to look for changed files (default 200)\n"
-          "Signals: SIGHUP reloads now; SIGTERM/SIGINT stop.\n");
+  fprintf(
+      out,
+      "usage: xds_server --dir DIR [options]\n"
+      "  --dir DIR        directory of *.yaml/*.yml files (rpx.tools.v1.ResourceFile)\n"
+      "  --port N         port to listen on (default 0: pick a free one, shown in the log)\n"
+      "  --address ADDR   address to listen on (default 127.0.0.1)\n"
+      "  --poll-ms N      how often to look for changed files (default 200)\n"
+      "  --control-port N serve the control API (rpx.control.v1.ControlService, used by\n"
+      "                   rpxctl) on this port (0: a free one, shown in the log); off if unset\n"
+      "  --control-address ADDR  address of the control API (default 127.0.0.1)\n"
+      "  --history N      versions kept for rollback (default 100)\n"
+      "  --static-clusters A,B  clusters the nodes define in their bootstrap: routes may\n"
+      "                   name them\n"
+      "  --unchecked      serve files and changes without checking them (to see how nodes\n"
+      "                   handle bad resources)\n"
+      "  --gone-ttl-s N   how long a disconnected node stays in the fleet status (default 600)\n"
+      "Signals: SIGHUP reloads now; SIGTERM/SIGINT stop.\n");
 }
 
 bool ParseInt(const std::string& s, long min, long max, long* out) {
@@ -72,6 +84,42 @@ int main(int argc, char** argv) {
         return 2;
       }
       options.poll_interval = std::chrono::milliseconds(n);
+    } else if (arg == "--control-port") {
+      std::string v = next();
+      if (!ParseInt(v, 0, 65535, &n)) {
+        fprintf(stderr, "error: --control-port must be an integer in [0, 65535], got '%s'\n",
+                v.c_str());
+        return 2;
+      }
+      options.control_port = static_cast<int>(n);
+    } else if (arg == "--control-address") {
+      options.control_address = next();
+    } else if (arg == "--history") {
+      std::string v = next();
+      if (!ParseInt(v, 1, 1000000, &n)) {
+        fprintf(stderr, "error: --history must be an integer in [1, 1000000], got '%s'\n",
+                v.c_str());
+        return 2;
+      }
+      options.history_limit = static_cast<size_t>(n);
+    } else if (arg == "--static-clusters") {
+      for (absl::string_view name : absl::StrSplit(next(), ',', absl::SkipEmpty())) {
+        options.static_clusters.insert(std::string(name));
+      }
+    } else if (arg == "--unchecked") {
+      if (has_inline) {
+        fprintf(stderr, "error: --unchecked takes no value\n");
+        return 2;
+      }
+      options.check = false;
+    } else if (arg == "--gone-ttl-s") {
+      std::string v = next();
+      if (!ParseInt(v, 0, 86400 * 365, &n)) {
+        fprintf(stderr, "error: --gone-ttl-s must be an integer in [0, 31536000], got '%s'\n",
+                v.c_str());
+        return 2;
+      }
+      options.gone_ttl = std::chrono::seconds(n);
     } else if (arg == "-h" || arg == "--help") {
       Usage(stdout);
       return 0;

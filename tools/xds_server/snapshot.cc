@@ -122,7 +122,8 @@ bool ListResourceFiles(const std::string& dir, std::vector<FileInfo>* files) {
 
 template <typename T>
 void AddResources(const google::protobuf::RepeatedPtrField<T>& list, ResourceType type,
-                  const std::string& path, std::string (*name_of)(const T&), Snapshot* out,
+                  const std::string& path, const std::string& file,
+                  std::string (*name_of)(const T&), Snapshot* out,
                   std::map<std::string, std::string>* origin, std::vector<std::string>* errors) {
   const char* plural = kPluralNames[static_cast<int>(type)];
   auto& resources = out->resources[static_cast<int>(type)];
@@ -144,6 +145,7 @@ void AddResources(const google::protobuf::RepeatedPtrField<T>& list, ResourceTyp
     r.name = name;
     r.bytes = DeterministicBytes(list.Get(i));
     r.version = ResourceVersion(r.bytes);
+    r.file = file;
   }
 }
 
@@ -234,6 +236,68 @@ std::string DeterministicBytes(const Message& message) {
   return SerializeDeterministically(*copy);
 }
 
+bool AddResourceFile(const rpx::tools::v1::ResourceFile& parsed, const std::string& source,
+                     const std::string& file, Snapshot* out,
+                     std::map<std::string, std::string>* origin, std::vector<std::string>* errors) {
+  size_t errors_before = errors->size();
+  AddResources(parsed.listeners(), ResourceType::kListener, source, file, &ListenerName, out,
+               origin, errors);
+  AddResources(parsed.routes(), ResourceType::kRoute, source, file, &RouteName, out, origin,
+               errors);
+  AddResources(parsed.clusters(), ResourceType::kCluster, source, file, &ClusterName, out, origin,
+               errors);
+  AddResources(parsed.endpoints(), ResourceType::kEndpoint, source, file, &EndpointName, out,
+               origin, errors);
+  AddResources(parsed.secrets(), ResourceType::kSecret, source, file, &SecretName, out, origin,
+               errors);
+  return errors->size() == errors_before;
+}
+
+std::unique_ptr<google::protobuf::Message> DecodeResource(ResourceType type,
+                                                          const std::string& bytes) {
+  std::unique_ptr<google::protobuf::Message> m;
+  switch (type) {
+    case ResourceType::kListener:
+      m = std::make_unique<envoy::config::listener::v3::Listener>();
+      break;
+    case ResourceType::kRoute:
+      m = std::make_unique<envoy::config::route::v3::RouteConfiguration>();
+      break;
+    case ResourceType::kCluster:
+      m = std::make_unique<envoy::config::cluster::v3::Cluster>();
+      break;
+    case ResourceType::kEndpoint:
+      m = std::make_unique<envoy::config::endpoint::v3::ClusterLoadAssignment>();
+      break;
+    case ResourceType::kSecret:
+      m = std::make_unique<envoy::extensions::transport_sockets::tls::v3::Secret>();
+      break;
+  }
+  if (!m->ParseFromString(bytes)) return nullptr;
+  return m;
+}
+
+void AppendResource(ResourceType type, const Resource& resource,
+                    rpx::tools::v1::ResourceFile* out) {
+  switch (type) {
+    case ResourceType::kListener:
+      out->add_listeners()->ParseFromString(resource.bytes);
+      return;
+    case ResourceType::kRoute:
+      out->add_routes()->ParseFromString(resource.bytes);
+      return;
+    case ResourceType::kCluster:
+      out->add_clusters()->ParseFromString(resource.bytes);
+      return;
+    case ResourceType::kEndpoint:
+      out->add_endpoints()->ParseFromString(resource.bytes);
+      return;
+    case ResourceType::kSecret:
+      out->add_secrets()->ParseFromString(resource.bytes);
+      return;
+  }
+}
+
 bool LoadResourceDirectory(const std::string& dir, Snapshot* out,
                            std::vector<std::string>* errors) {
   std::vector<FileInfo> files;
@@ -248,14 +312,7 @@ bool LoadResourceDirectory(const std::string& dir, Snapshot* out,
     std::string path = JoinPath(dir, file.name);
     rpx::tools::v1::ResourceFile parsed;
     if (!LoadYamlFile(path, &parsed, errors)) continue;
-    AddResources(parsed.listeners(), ResourceType::kListener, path, &ListenerName, out, &origin,
-                 errors);
-    AddResources(parsed.routes(), ResourceType::kRoute, path, &RouteName, out, &origin, errors);
-    AddResources(parsed.clusters(), ResourceType::kCluster, path, &ClusterName, out, &origin,
-                 errors);
-    AddResources(parsed.endpoints(), ResourceType::kEndpoint, path, &EndpointName, out, &origin,
-                 errors);
-    AddResources(parsed.secrets(), ResourceType::kSecret, path, &SecretName, out, &origin, errors);
+    AddResourceFile(parsed, path, file.name, out, &origin, errors);
   }
   return errors->size() == errors_before;
 }
@@ -273,47 +330,9 @@ std::string DirectoryFingerprint(const std::string& dir) {
   return out;
 }
 
-SnapshotSource::SnapshotSource(std::string dir, LogFn log)
-    : dir_(std::move(dir)), log_(std::move(log)) {}
-
-SnapshotSource::Result SnapshotSource::Reload(bool force) {
-  std::string fingerprint = DirectoryFingerprint(dir_);
-  if (attempted_ && !force && fingerprint == last_fingerprint_) return Result::kUnchanged;
-  attempted_ = true;
-  last_fingerprint_ = fingerprint;
-
-  std::shared_ptr<const Snapshot> previous = current();
-  auto next = std::make_shared<Snapshot>();
-  std::vector<std::string> errors;
-  if (!LoadResourceDirectory(dir_, next.get(), &errors)) {
-    for (const std::string& e : errors) log_(absl::StrCat("reload error: ", e));
-    log_(absl::StrCat("reload error: keeping snapshot version=",
-                      previous ? previous->version : "none"));
-    last_failed_ = true;
-    return Result::kError;
-  }
-  bool recovered = std::exchange(last_failed_, false);
-  if (previous && previous->SameResources(*next)) {
-    // Otherwise the last word in the log would still be the error.
-    if (recovered)
-      log_(absl::StrCat("reload ok: resources unchanged, still version=", previous->version));
-    return Result::kUnchanged;
-  }
-  next->version = absl::StrCat(++counter_);
-  log_(DescribeSnapshot(*next));
-  std::lock_guard<std::mutex> lock(mu_);
-  current_ = std::move(next);
-  return Result::kUpdated;
-}
-
-std::shared_ptr<const Snapshot> SnapshotSource::current() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return current_;
-}
-
-DirectoryPoller::DirectoryPoller(SnapshotSource* source, std::chrono::milliseconds interval,
-                                 std::function<void(std::shared_ptr<const Snapshot>)> on_update)
-    : source_(source), interval_(interval), on_update_(std::move(on_update)) {}
+DirectoryPoller::DirectoryPoller(std::function<void(bool force)> reload,
+                                 std::chrono::milliseconds interval)
+    : reload_(std::move(reload)), interval_(interval) {}
 
 DirectoryPoller::~DirectoryPoller() { Stop(); }
 
@@ -346,7 +365,7 @@ void DirectoryPoller::Run() {
     bool force = force_;
     force_ = false;
     lock.unlock();
-    if (source_->Reload(force) == SnapshotSource::Result::kUpdated) on_update_(source_->current());
+    reload_(force);
     lock.lock();
   }
 }

@@ -1,8 +1,7 @@
 // Snapshots of the xDS resources in a directory of YAML files (rpx.tools.v1.ResourceFile), for
-// tools/xds_server. A Snapshot is immutable once built and shared by pointer between threads.
-// SnapshotSource::Reload is called from one thread at a time (the poller); current() from any.
-// DirectoryPoller runs its own thread and calls back from it. Nothing here knows about gRPC, so
-// it is testable on its own.
+// tools/xds_server. A Snapshot is immutable once published and shared by pointer between
+// threads. DirectoryPoller runs its own thread and calls back from it. Nothing here knows about
+// gRPC, so it is testable on its own.
 #pragma once
 
 #include <array>
@@ -19,6 +18,7 @@
 #include <vector>
 
 #include "google/protobuf/message.h"
+#include "rpx/tools/v1/resource_file.pb.h"
 
 namespace rpx {
 namespace xds_server {
@@ -51,6 +51,8 @@ struct Resource {
   std::string bytes;
   // Short hash of `bytes`: the per-resource version of the delta protocol.
   std::string version;
+  // The directory file it is kept in ("routes.yaml"); "" until it is written to one.
+  std::string file;
 };
 
 struct Snapshot {
@@ -76,6 +78,20 @@ std::string ResourceVersion(const std::string& bytes);
 // YAML loader packs typed_config with the default, non-deterministic, serialization).
 std::string DeterministicBytes(const google::protobuf::Message& message);
 
+// Adds the resources of one parsed file to `out`, each with `file` as its Resource::file.
+// `origin` maps "routes/name" to the source that defined it, to report a name given twice (in
+// `source` and where it was first seen); a resource without a name is an error too.
+bool AddResourceFile(const rpx::tools::v1::ResourceFile& parsed, const std::string& source,
+                     const std::string& file, Snapshot* out,
+                     std::map<std::string, std::string>* origin, std::vector<std::string>* errors);
+
+// Decodes one resource of `type` and appends it to the matching list of `out`.
+void AppendResource(ResourceType type, const Resource& resource, rpx::tools::v1::ResourceFile* out);
+
+// The message of one resource of `type`, decoded from `bytes` (null if it does not decode).
+std::unique_ptr<google::protobuf::Message> DecodeResource(ResourceType type,
+                                                          const std::string& bytes);
+
 // Reads every *.yaml / *.yml regular file directly in `dir` (not hidden files: editors' lock and
 // swap files) in name order, and fills `out` (whose version is left empty). On any problem
 // returns false with every problem in `errors`: unreadable directory, a file that does not parse
@@ -86,42 +102,11 @@ bool LoadResourceDirectory(const std::string& dir, Snapshot* out, std::vector<st
 // LoadResourceDirectory would read) that changes whenever one of them does.
 std::string DirectoryFingerprint(const std::string& dir);
 
-// Owns the version counter and the current snapshot of one directory.
-class SnapshotSource {
- public:
-  enum class Result { kUnchanged, kUpdated, kError };
-
-  SnapshotSource(std::string dir, LogFn log);
-
-  // Loads the directory again if its fingerprint changed since the last attempt (or `force`).
-  // kUpdated: a new version with different resources is current (logged as "snapshot ...").
-  // kError: logged as "reload error: ..."; the previous snapshot stays current. A failed attempt
-  // is not retried until the directory changes again, so a broken file is reported once. The
-  // first good load after an error is logged even when it changes nothing ("reload ok: ...").
-  Result Reload(bool force = false);
-
-  // Null until the first successful load: serving an empty set instead would make a reconnecting
-  // Envoy drop its whole configuration because of one bad file at startup.
-  std::shared_ptr<const Snapshot> current() const;
-  const std::string& dir() const { return dir_; }
-
- private:
-  std::string dir_;
-  LogFn log_;
-  std::string last_fingerprint_;
-  bool attempted_ = false;
-  bool last_failed_ = false;
-  uint64_t counter_ = 0;
-  mutable std::mutex mu_;  // Guards current_ only.
-  std::shared_ptr<const Snapshot> current_;
-};
-
-// Calls source->Reload() every `interval` (and at once after RequestReload(), e.g. on SIGHUP) on
-// its own thread, and `on_update` with each new snapshot, from that thread.
+// Calls reload(force) every `interval` (and at once, with force, after RequestReload(), e.g. on
+// SIGHUP) on its own thread.
 class DirectoryPoller {
  public:
-  DirectoryPoller(SnapshotSource* source, std::chrono::milliseconds interval,
-                  std::function<void(std::shared_ptr<const Snapshot>)> on_update);
+  DirectoryPoller(std::function<void(bool force)> reload, std::chrono::milliseconds interval);
   ~DirectoryPoller();  // Stops.
 
   void Start();
@@ -132,9 +117,8 @@ class DirectoryPoller {
  private:
   void Run();
 
-  SnapshotSource* source_;
+  std::function<void(bool force)> reload_;
   std::chrono::milliseconds interval_;
-  std::function<void(std::shared_ptr<const Snapshot>)> on_update_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;

@@ -20,6 +20,7 @@
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "test/tools/xds_server/test_util.h"
 
 namespace rpx {
 namespace xds_server {
@@ -45,54 +46,6 @@ constexpr milliseconds kWait(5000);
 // How long "nothing arrives" is watched. Pushes take well under a millisecond locally, so a
 // wrong push would show; a right silence costs only this.
 constexpr milliseconds kQuiet(300);
-
-std::string MakeTempDir() {
-  const char* base = getenv("TEST_TMPDIR");
-  std::string templ = std::string(base ? base : "/tmp") + "/xds_ads_XXXXXX";
-  EXPECT_NE(mkdtemp(templ.data()), nullptr);
-  return templ;
-}
-
-void WriteFile(const std::string& dir, const std::string& name, const std::string& content) {
-  std::string tmp = dir + "/.tmp-" + name;
-  {
-    std::ofstream out(tmp);
-    out << content;
-  }
-  ASSERT_EQ(rename(tmp.c_str(), (dir + "/" + name).c_str()), 0);
-}
-
-class LogCapture {
- public:
-  LogFn fn() {
-    return [this](const std::string& line) {
-      std::lock_guard<std::mutex> lock(mu_);
-      lines_.push_back(line);
-      cv_.notify_all();
-    };
-  }
-  // True once a line containing `text` has been logged.
-  bool WaitFor(const std::string& text, milliseconds timeout = kWait) {
-    std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_for(lock, timeout, [&] { return CountLocked(text) > 0; });
-  }
-  std::string All() {
-    std::lock_guard<std::mutex> lock(mu_);
-    std::string out;
-    for (const auto& l : lines_) out += l + "\n";
-    return out;
-  }
-
- private:
-  int CountLocked(const std::string& text) {
-    int n = 0;
-    for (const auto& l : lines_) n += l.find(text) != std::string::npos;
-    return n;
-  }
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<std::string> lines_;
-};
 
 // A client stream whose responses are read by a thread, so a test can wait for the next one with
 // a timeout, or check that none comes.
@@ -254,6 +207,8 @@ class AdsServiceTest : public ::testing::Test {
     XdsServerOptions options;
     options.dir = dir_;
     options.poll_interval = milliseconds(20);
+    // These fixtures are minimal resources, not whole configurations: the protocol is under test.
+    options.check = false;
     server_ = std::make_unique<XdsServer>(options, log_.fn());
     std::string error;
     ASSERT_TRUE(server_->Start(&error)) << error;

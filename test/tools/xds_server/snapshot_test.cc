@@ -14,6 +14,7 @@
 #include "envoy/extensions/filters/network/http_connection_manager/v3/http_connection_manager.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "test/tools/xds_server/test_util.h"
 
 namespace rpx {
 namespace xds_server {
@@ -21,47 +22,11 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string MakeTempDir() {
-  const char* base = getenv("TEST_TMPDIR");
-  std::string templ = std::string(base ? base : "/tmp") + "/xds_snapshot_XXXXXX";
-  char* made = mkdtemp(templ.data());
-  EXPECT_NE(made, nullptr);
-  return templ;
-}
-
-// Written aside and renamed into place, as editors and deploy tools should, so a poll never sees
-// half a file.
-void WriteFile(const std::string& dir, const std::string& name, const std::string& content) {
-  std::string tmp = dir + "/.tmp-" + name;
-  {
-    std::ofstream out(tmp);
-    out << content;
-  }
-  ASSERT_EQ(rename(tmp.c_str(), (dir + "/" + name).c_str()), 0);
-}
-
 std::vector<std::string> Names(const Snapshot& s, ResourceType type) {
   std::vector<std::string> names;
   for (const auto& [name, r] : s.of(type)) names.push_back(name);
   return names;
 }
-
-struct LogCapture {
-  LogFn fn() {
-    return [this](const std::string& line) {
-      std::lock_guard<std::mutex> lock(mu);
-      lines.push_back(line);
-    };
-  }
-  std::string All() {
-    std::lock_guard<std::mutex> lock(mu);
-    std::string out;
-    for (const auto& l : lines) out += l + "\n";
-    return out;
-  }
-  std::mutex mu;
-  std::vector<std::string> lines;
-};
 
 constexpr char kClusters[] = R"(clusters:
 - name: a
@@ -118,54 +83,6 @@ TEST(SnapshotTest, SameNameInDifferentTypesIsFine) {
   EXPECT_TRUE(LoadResourceDirectory(dir, &s, &errors)) << testing::PrintToString(errors);
 }
 
-TEST(SnapshotTest, EmptyDirectoryIsAnEmptySnapshot) {
-  std::string dir = MakeTempDir();
-  LogCapture log;
-  SnapshotSource source(dir, log.fn());
-  EXPECT_EQ(source.Reload(), SnapshotSource::Result::kUpdated);
-  ASSERT_NE(source.current(), nullptr);
-  EXPECT_EQ(source.current()->version, "1");
-  EXPECT_THAT(log.All(), HasSubstr("snapshot version=1 listeners= routes= clusters= endpoints=\n"));
-}
-
-TEST(SnapshotTest, MissingDirectoryIsAnErrorAndNoSnapshot) {
-  LogCapture log;
-  SnapshotSource source(MakeTempDir() + "/missing", log.fn());
-  EXPECT_EQ(source.Reload(), SnapshotSource::Result::kError);
-  EXPECT_EQ(source.current(), nullptr);
-  EXPECT_THAT(log.All(), HasSubstr("reload error: "));
-  EXPECT_THAT(log.All(), HasSubstr("cannot read the directory"));
-}
-
-TEST(SnapshotTest, DuplicateNamesAcrossFilesKeepThePreviousSnapshot) {
-  std::string dir = MakeTempDir();
-  LogCapture log;
-  SnapshotSource source(dir, log.fn());
-  WriteFile(dir, "a.yaml", kClusters);
-  ASSERT_EQ(source.Reload(), SnapshotSource::Result::kUpdated);
-  auto before = source.current();
-
-  WriteFile(dir, "b.yaml", "clusters:\n- name: b\n  connect_timeout: 3s\n");
-  EXPECT_EQ(source.Reload(), SnapshotSource::Result::kError);
-  EXPECT_EQ(source.current(), before);
-  EXPECT_EQ(source.current()->version, "1");
-  std::string out = log.All();
-  EXPECT_THAT(out, HasSubstr("reload error: " + dir + "/b.yaml: clusters[0]: duplicate " +
-                             "clusters name 'b' (also in " + dir + "/a.yaml)"));
-  EXPECT_THAT(out, HasSubstr("reload error: keeping snapshot version=1"));
-
-  // Reported once, not at every poll.
-  size_t lines = log.lines.size();
-  EXPECT_EQ(source.Reload(), SnapshotSource::Result::kUnchanged);
-  EXPECT_EQ(log.lines.size(), lines);
-
-  ASSERT_EQ(unlink((dir + "/b.yaml").c_str()), 0);
-  // Back to exactly version 1's resources: nothing to push.
-  EXPECT_EQ(source.Reload(), SnapshotSource::Result::kUnchanged);
-  EXPECT_EQ(source.current(), before);
-  EXPECT_THAT(log.All(), HasSubstr("reload ok: resources unchanged, still version=1\n"));
-}
-
 TEST(SnapshotTest, DuplicateInOneFileIsAnError) {
   std::string dir = MakeTempDir();
   WriteFile(dir, "a.yaml", "clusters: [{name: x}, {name: x}]\n");
@@ -184,66 +101,6 @@ TEST(SnapshotTest, ResourceWithoutNameIsAnError) {
   EXPECT_FALSE(LoadResourceDirectory(dir, &s, &errors));
   ASSERT_EQ(errors.size(), 1u);
   EXPECT_EQ(errors[0], dir + "/a.yaml: endpoints[0]: cluster_name is required");
-}
-
-TEST(SnapshotTest, ParseErrorKeepsThePreviousSnapshotAndSaysWhere) {
-  std::string dir = MakeTempDir();
-  LogCapture log;
-  SnapshotSource source(dir, log.fn());
-  WriteFile(dir, "a.yaml", kClusters);
-  ASSERT_EQ(source.Reload(), SnapshotSource::Result::kUpdated);
-  auto before = source.current();
-
-  WriteFile(dir, "a.yaml", "clusters:\n- name: a\n  lb_policy: FASTEST\n  bogus: 1\n");
-  EXPECT_EQ(source.Reload(), SnapshotSource::Result::kError);
-  EXPECT_EQ(source.current(), before);
-  std::string out = log.All();
-  EXPECT_THAT(out, HasSubstr("reload error: " + dir +
-                             "/a.yaml:3:14: clusters[0].lb_policy: unknown value 'FASTEST'"));
-  EXPECT_THAT(out, HasSubstr("reload error: " + dir +
-                             "/a.yaml:4:3: clusters[0].bogus: unknown field 'bogus'"));
-
-  WriteFile(dir, "a.yaml", "clusters: [{name: a, type: STATIC}]\n");
-  EXPECT_EQ(source.Reload(), SnapshotSource::Result::kUpdated);
-  EXPECT_EQ(source.current()->version, "2");
-  EXPECT_THAT(log.All(), HasSubstr("snapshot version=2 listeners= routes= clusters=a endpoints="));
-
-  // Invalid YAML, too.
-  WriteFile(dir, "a.yaml", "clusters: [{name: a\n");
-  EXPECT_EQ(source.Reload(), SnapshotSource::Result::kError);
-  EXPECT_EQ(source.current()->version, "2");
-  EXPECT_THAT(log.All(), HasSubstr("a.yaml:"));
-  EXPECT_THAT(log.All(), HasSubstr(": invalid YAML"));
-}
-
-TEST(SnapshotTest, VersionChangesOnlyOnRealChange) {
-  std::string dir = MakeTempDir();
-  LogCapture log;
-  SnapshotSource source(dir, log.fn());
-  WriteFile(dir, "a.yaml", kClusters);
-  ASSERT_EQ(source.Reload(), SnapshotSource::Result::kUpdated);
-  auto v1 = source.current();
-  EXPECT_EQ(v1->version, "1");
-
-  EXPECT_EQ(source.Reload(), SnapshotSource::Result::kUnchanged);
-  // Rewritten with the same content: the files changed, the resources did not.
-  WriteFile(dir, "a.yaml", kClusters);
-  EXPECT_EQ(source.Reload(), SnapshotSource::Result::kUnchanged);
-  // Same resources, other layout, other order, other file split.
-  WriteFile(dir, "a.yaml", "clusters: [{name: b, connect_timeout: 2s}]\n");
-  WriteFile(dir, "z.yml", "clusters:\n- {connectTimeout: 1s, type: STATIC, name: a}\n");
-  EXPECT_EQ(source.Reload(), SnapshotSource::Result::kUnchanged);
-  EXPECT_EQ(source.current(), v1);
-
-  WriteFile(dir, "z.yml", "clusters:\n- {connectTimeout: 5s, type: STATIC, name: a}\n");
-  EXPECT_EQ(source.Reload(), SnapshotSource::Result::kUpdated);
-  auto v2 = source.current();
-  EXPECT_EQ(v2->version, "2");
-  const auto& c1 = v1->of(ResourceType::kCluster);
-  const auto& c2 = v2->of(ResourceType::kCluster);
-  EXPECT_NE(c1.at("a").version, c2.at("a").version);
-  EXPECT_EQ(c1.at("b").version, c2.at("b").version);
-  EXPECT_EQ(c2.at("a").version.size(), 16u);
 }
 
 TEST(SnapshotTest, NestedAnysSerializeDeterministically) {
@@ -288,37 +145,6 @@ TEST(SnapshotTest, NestedAnysSerializeDeterministically) {
 TEST(SnapshotTest, ResourceVersionIsFnv1a) {
   EXPECT_EQ(ResourceVersion(""), "cbf29ce484222325");
   EXPECT_EQ(ResourceVersion("a"), "af63dc4c8601ec8c");
-}
-
-TEST(SnapshotTest, PollerPublishesChanges) {
-  std::string dir = MakeTempDir();
-  LogCapture log;
-  SnapshotSource source(dir, log.fn());
-  WriteFile(dir, "a.yaml", kClusters);
-  ASSERT_EQ(source.Reload(), SnapshotSource::Result::kUpdated);
-
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<std::string> versions;
-  DirectoryPoller poller(&source, std::chrono::milliseconds(10),
-                         [&](std::shared_ptr<const Snapshot> s) {
-                           std::lock_guard<std::mutex> lock(mu);
-                           versions.push_back(s->version);
-                           cv.notify_all();
-                         });
-  poller.Start();
-  WriteFile(dir, "b.yaml", "routes: [{name: r}]\n");
-  {
-    std::unique_lock<std::mutex> lock(mu);
-    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(5), [&] { return !versions.empty(); }));
-    EXPECT_EQ(versions, std::vector<std::string>{"2"});
-  }
-  // A forced reload of unchanged files publishes nothing.
-  poller.RequestReload();
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  poller.Stop();
-  std::lock_guard<std::mutex> lock(mu);
-  EXPECT_EQ(versions, std::vector<std::string>{"2"});
 }
 
 }  // namespace
