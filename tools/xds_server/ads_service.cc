@@ -627,6 +627,7 @@ StoreOptions MakeStoreOptions(const XdsServerOptions& o) {
   s.history_limit = o.history_limit;
   s.check = o.check;
   s.check_options.external_clusters = o.static_clusters;
+  s.backend = o.backend;
   return s;
 }
 
@@ -649,8 +650,8 @@ XdsServer::XdsServer(XdsServerOptions options, LogFn log)
 XdsServer::~XdsServer() { Stop(); }
 
 bool XdsServer::Start(std::string* error) {
-  store_.Open();
   store_.SetOnChange([this] { service_.Notify(); });
+  store_.Open();
   service_.SetSelector([this](const NodeInfo& node) {
     uint64_t version = 0;
     return store_.ForNode(node, &version);
@@ -688,12 +689,13 @@ bool XdsServer::Start(std::string* error) {
     }
   }
   log_(absl::StrCat("xds_server listening on ", HostPort(options_.address, port_),
-                    " dir=", options_.dir));
+                    " dir=", options_.dir,
+                    options_.backend ? " store=" + options_.backend->Describe() : ""));
   if (control_server_) {
     log_(absl::StrCat("control API listening on ",
                       HostPort(options_.control_address, control_port_)));
   }
-  poller_.Start();
+  if (!options_.dir.empty() && !(options_.backend && options_.backend->shared())) poller_.Start();
   return true;
 }
 

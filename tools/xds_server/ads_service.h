@@ -108,6 +108,9 @@ struct XdsServerOptions {
   bool check = true;
   std::set<std::string> static_clusters;
   std::chrono::milliseconds gone_ttl = std::chrono::minutes(10);
+  // Where versions are kept; null: DIR/.rpx. A shared one (etcd) makes `dir` optional: it only
+  // seeds an empty store, and is not polled.
+  std::shared_ptr<StoreBackend> backend;
 };
 
 // Loads the directory, listens, and pushes every change (of the directory or through the control

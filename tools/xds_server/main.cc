@@ -11,13 +11,14 @@
 
 #include "absl/strings/str_split.h"
 #include "tools/xds_server/ads_service.h"
+#include "tools/xds_server/etcd_backend.h"
 
 namespace {
 
 void Usage(FILE* out) {
   fprintf(
       out,
-      "usage: xds_server --dir DIR [options]\n"
+      "usage: xds_server --dir DIR [options]    (or --store etcd://... [--dir DIR])\n"
       "  --dir DIR        directory of *.yaml/*.yml files (rpx.tools.v1.ResourceFile)\n"
       "  --port N         port to listen on (default 0: pick a free one, shown in the log)\n"
       "  --address ADDR   address to listen on (default 127.0.0.1)\n"
@@ -46,6 +47,8 @@ bool ParseInt(const std::string& s, long min, long max, long* out) {
 
 int main(int argc, char** argv) {
   rpx::xds_server::XdsServerOptions options;
+  rpx::xds_server::EtcdOptions etcd;
+  std::string store;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     std::string value;
@@ -120,6 +123,14 @@ int main(int argc, char** argv) {
         return 2;
       }
       options.gone_ttl = std::chrono::seconds(n);
+    } else if (arg == "--store") {
+      store = next();
+    } else if (arg == "--etcd-prefix") {
+      etcd.prefix = next();
+      if (etcd.prefix.empty()) {
+        fprintf(stderr, "error: --etcd-prefix must not be empty\n");
+        return 2;
+      }
     } else if (arg == "-h" || arg == "--help") {
       Usage(stdout);
       return 0;
@@ -129,8 +140,18 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (options.dir.empty()) {
-    fprintf(stderr, "error: --dir is required\n");
+  if (!store.empty()) {
+    std::string prefix = etcd.prefix;
+    std::string error;
+    if (!rpx::xds_server::ParseEtcdUrl(store, &etcd, &error)) {
+      fprintf(stderr, "error: %s\n", error.c_str());
+      return 2;
+    }
+    etcd.prefix = prefix;
+    options.backend = rpx::xds_server::MakeEtcdBackend(etcd);
+  }
+  if (options.dir.empty() && store.empty()) {
+    fprintf(stderr, "error: --dir is required (unless --store is given)\n");
     Usage(stderr);
     return 2;
   }

@@ -181,64 +181,166 @@ bool WriteFileAtomically(const std::string& path, const std::string& data, std::
   return true;
 }
 
-Store::Store(StoreOptions options, LogFn log)
-    : options_(std::move(options)), log_(std::move(log)) {}
+namespace {
 
-void Store::LoadStateLocked() {
-  std::string history_dir = JoinPath(options_.dir, ".rpx/history");
-  DIR* d = opendir(history_dir.c_str());
-  if (d == nullptr) return;
-  while (struct dirent* e = readdir(d)) {
-    std::string name = e->d_name;
-    uint64_t v = 0;
-    if (name.size() < 4 || name.substr(name.size() - 3) != ".pb" ||
-        !absl::SimpleAtoi(name.substr(0, name.size() - 3), &v)) {
-      continue;
+VersionRecord FromStored(const rpx::control::v1::StoredVersion& stored) {
+  VersionRecord r;
+  const auto& info = stored.info();
+  auto snapshot = std::make_shared<Snapshot>();
+  std::map<std::string, std::string> origin;
+  std::vector<std::string> errors;
+  AddResourceFile(stored.resources(), "stored version", "", snapshot.get(), &origin, &errors);
+  snapshot->version = absl::StrCat(info.version());
+  r.version = info.version();
+  r.parent = info.parent();
+  r.author = info.author();
+  r.description = info.description();
+  r.origin = info.origin();
+  r.created_ms = info.created_ms();
+  r.target = FromProto(info.target());
+  r.added = info.added();
+  r.changed = info.changed();
+  r.removed = info.removed();
+  r.snapshot = std::move(snapshot);
+  return r;
+}
+
+rpx::control::v1::StoredVersion ToStored(const VersionRecord& record) {
+  rpx::control::v1::StoredVersion stored;
+  auto* info = stored.mutable_info();
+  info->set_version(record.version);
+  info->set_parent(record.parent);
+  info->set_author(record.author);
+  info->set_description(record.description);
+  info->set_created_ms(record.created_ms);
+  *info->mutable_target() = ToProto(record.target);
+  info->set_origin(record.origin);
+  info->set_added(record.added);
+  info->set_changed(record.changed);
+  info->set_removed(record.removed);
+  *stored.mutable_resources() = ToResourceFile(*record.snapshot);
+  return stored;
+}
+
+rpx::control::v1::StoredState ToState(uint64_t default_version,
+                                      const std::vector<std::pair<Target, uint64_t>>& targeted) {
+  rpx::control::v1::StoredState state;
+  state.add_assignments()->set_version(default_version);
+  for (const auto& [target, version] : targeted) {
+    auto* a = state.add_assignments();
+    *a->mutable_target() = ToProto(target);
+    a->set_version(version);
+  }
+  return state;
+}
+
+class DirectoryBackend : public StoreBackend {
+ public:
+  explicit DirectoryBackend(std::string dir) : dir_(std::move(dir)) {}
+
+  std::string Describe() const override { return "directory " + JoinPath(dir_, ".rpx"); }
+
+  bool Load(StoredData* out, std::string* error) override {
+    (void)error;  // a directory without .rpx simply has no history yet
+    std::string history_dir = JoinPath(dir_, ".rpx/history");
+    if (DIR* d = opendir(history_dir.c_str())) {
+      while (struct dirent* e = readdir(d)) {
+        std::string name = e->d_name;
+        uint64_t v = 0;
+        if (name.size() < 4 || name.substr(name.size() - 3) != ".pb" ||
+            !absl::SimpleAtoi(name.substr(0, name.size() - 3), &v)) {
+          continue;
+        }
+        std::string bytes;
+        rpx::control::v1::StoredVersion stored;
+        if (ReadFile(JoinPath(history_dir, name), &bytes) && stored.ParseFromString(bytes) &&
+            stored.info().version() == v) {
+          out->versions.push_back(std::move(stored));
+        }
+      }
+      closedir(d);
     }
     std::string bytes;
-    rpx::control::v1::StoredVersion stored;
-    if (!ReadFile(JoinPath(history_dir, name), &bytes) || !stored.ParseFromString(bytes) ||
-        stored.info().version() != v) {
-      log_(absl::StrCat("history: ignoring unreadable ", JoinPath(history_dir, name)));
-      continue;
-    }
-    auto snapshot = std::make_shared<Snapshot>();
-    std::map<std::string, std::string> origin;
-    std::vector<std::string> errors;
-    AddResourceFile(stored.resources(), name, "", snapshot.get(), &origin, &errors);
-    snapshot->version = absl::StrCat(v);
-    VersionRecord r;
-    const auto& info = stored.info();
-    r.version = v;
-    r.parent = info.parent();
-    r.author = info.author();
-    r.description = info.description();
-    r.origin = info.origin();
-    r.created_ms = info.created_ms();
-    r.target = FromProto(info.target());
-    r.added = info.added();
-    r.changed = info.changed();
-    r.removed = info.removed();
-    r.snapshot = std::move(snapshot);
-    history_[v] = std::move(r);
-    counter_ = std::max(counter_, v);
+    out->has_state = ReadFile(JoinPath(dir_, ".rpx/state.pb"), &bytes) &&
+                     out->state.ParseFromString(bytes);
+    return true;
   }
-  closedir(d);
-  std::string bytes;
-  rpx::control::v1::StoredState state;
-  if (ReadFile(JoinPath(options_.dir, ".rpx/state.pb"), &bytes) && state.ParseFromString(bytes)) {
-    for (const auto& a : state.assignments()) {
+
+  bool Commit(const rpx::control::v1::StoredVersion& version,
+              const rpx::control::v1::StoredState& state, const std::vector<uint64_t>& pruned,
+              std::string* error) override {
+    std::string rpx_dir = JoinPath(dir_, ".rpx");
+    std::string history_dir = JoinPath(rpx_dir, "history");
+    if (!MakeDir(rpx_dir, error) || !MakeDir(history_dir, error)) return false;
+    if (!WriteFileAtomically(JoinPath(history_dir, absl::StrCat(version.info().version(), ".pb")),
+                             version.SerializeAsString(), error) ||
+        !WriteFileAtomically(JoinPath(rpx_dir, "state.pb"), state.SerializeAsString(), error)) {
+      return false;
+    }
+    for (uint64_t v : pruned) unlink(JoinPath(history_dir, absl::StrCat(v, ".pb")).c_str());
+    return true;
+  }
+
+ private:
+  std::string dir_;
+};
+
+}  // namespace
+
+std::unique_ptr<StoreBackend> MakeDirectoryBackend(const std::string& dir) {
+  return std::make_unique<DirectoryBackend>(dir);
+}
+
+Store::Store(StoreOptions options, LogFn log)
+    : options_(std::move(options)),
+      log_(std::move(log)),
+      backend_(options_.backend ? options_.backend : MakeDirectoryBackend(options_.dir)) {}
+
+Store::~Store() { backend_->Stop(); }
+
+bool Store::ApplyStoredLocked(const StoredData& data, bool full,
+                              const std::vector<uint64_t>& removed) {
+  bool changed = false;
+  std::set<uint64_t> present;
+  for (const auto& stored : data.versions) {
+    uint64_t v = stored.info().version();
+    present.insert(v);
+    if (history_.count(v)) continue;
+    history_[v] = FromStored(stored);
+    counter_ = std::max(counter_, v);
+    changed = true;
+  }
+  std::vector<uint64_t> gone = removed;
+  if (full && !data.versions.empty()) {
+    for (const auto& [v, r] : history_) {
+      if (!present.count(v)) gone.push_back(v);
+    }
+  }
+  if (data.has_state) {
+    uint64_t default_version = 0;
+    std::vector<std::pair<Target, uint64_t>> targeted;
+    for (const auto& a : data.state.assignments()) {
       if (!history_.count(a.version())) continue;
       Target t = FromProto(a.target());
       if (t.all()) {
-        default_version_ = a.version();
+        default_version = a.version();
       } else {
-        targeted_.emplace_back(t, a.version());
+        targeted.emplace_back(t, a.version());
       }
     }
+    if (default_version != default_version_ || !(targeted == targeted_)) {
+      default_version_ = default_version;
+      targeted_ = std::move(targeted);
+      changed = true;
+    }
   }
-  if (default_version_ == 0 && !history_.empty()) {
-    // No state file: the newest version made for every node.
+  std::set<uint64_t> assigned = {default_version_};
+  for (const auto& [t, v] : targeted_) assigned.insert(v);
+  for (uint64_t v : gone) {
+    if (!assigned.count(v)) changed = history_.erase(v) > 0 || changed;
+  }
+  if (default_version_ == 0 && !history_.empty() && !data.has_state) {
+    // No state stored: the newest version made for every node.
     for (auto it = history_.rbegin(); it != history_.rend(); ++it) {
       if (it->second.target.all()) {
         default_version_ = it->first;
@@ -246,18 +348,45 @@ void Store::LoadStateLocked() {
       }
     }
   }
-  if (!history_.empty()) {
-    log_(absl::StrCat("history: ", history_.size(),
-                      " versions restored, default version=", default_version_));
-  }
+  return changed;
 }
 
 void Store::Open() {
   {
     Lock lock(mu_);
-    LoadStateLocked();
+    StoredData data;
+    std::string error;
+    if (!backend_->Load(&data, &error)) {
+      log_(absl::StrCat("store: ", error, "; serving nothing until it can be read"));
+    } else {
+      ApplyStoredLocked(data, /*full=*/true, {});
+    }
+    if (!history_.empty()) {
+      log_(absl::StrCat("history: ", history_.size(),
+                        " versions restored, default version=", default_version_));
+    }
   }
-  if (ReloadDirectory(/*force=*/true) != Result::kUpdated) {
+  if (backend_->shared()) {
+    backend_->Watch([this](const StoredData& data, bool full,
+                           const std::vector<uint64_t>& removed) {
+      Lock lock(mu_);
+      if (full && data.versions.empty() && !history_.empty()) {
+        log_("store: the shared store is empty; keeping the versions held here");
+        return;
+      }
+      uint64_t before = default_version_;
+      if (!ApplyStoredLocked(data, full, removed)) return;
+      log_(absl::StrCat("store: changed by another replica, default version=", default_version_,
+                        before != default_version_ ? absl::StrCat(" (was ", before, ")") : ""));
+      auto it = history_.find(default_version_);
+      if (it != history_.end()) log_(DescribeSnapshot(*it->second.snapshot));
+      lock.unlock();
+      if (on_change_) on_change_();
+    });
+  }
+  // A shared store is the truth once it holds anything; the directory only seeds an empty one.
+  bool seed = !options_.dir.empty() && (!backend_->shared() || History().empty());
+  if (!seed || ReloadDirectory(/*force=*/true) != Result::kUpdated) {
     Lock lock(mu_);
     auto it = history_.find(default_version_);
     if (it != history_.end()) log_(DescribeSnapshot(*it->second.snapshot));
@@ -463,7 +592,9 @@ bool Store::CommitLocked(std::shared_ptr<Snapshot> snapshot, VersionRecord recor
   record.created_ms = NowMs();
   snapshot->version = absl::StrCat(version);
   record.snapshot = snapshot;
-  if (record.target.all() && record.origin != "directory") {
+  // With a shared store, the directory's files are not the truth (each replica has its own).
+  if (record.target.all() && record.origin != "directory" && !backend_->shared() &&
+      !options_.dir.empty()) {
     auto def = history_.find(default_version_);
     static const Snapshot kEmpty;
     if (!WriteDirectoryLocked(def != history_.end() ? *def->second.snapshot : kEmpty,
@@ -471,7 +602,7 @@ bool Store::CommitLocked(std::shared_ptr<Snapshot> snapshot, VersionRecord recor
       return false;
     }
   }
-  // The state written is the state after this version.
+  // The state stored is the state after this version.
   auto targeted = targeted_;
   uint64_t default_version = default_version_;
   if (record.target.all()) {
@@ -486,16 +617,24 @@ bool Store::CommitLocked(std::shared_ptr<Snapshot> snapshot, VersionRecord recor
     }
     targeted.insert(targeted.begin(), {record.target, version});
   }
-  std::swap(targeted_, targeted);
-  std::swap(default_version_, default_version);
-  if (!PersistLocked(record, error)) {
-    std::swap(targeted_, targeted);
-    std::swap(default_version_, default_version);
+  // The oldest versions beyond the limit go, except those still assigned.
+  std::set<uint64_t> assigned = {default_version};
+  for (const auto& [t, v] : targeted) assigned.insert(v);
+  std::vector<uint64_t> pruned;
+  size_t kept = history_.size() + 1;
+  for (auto it = history_.begin(); kept > options_.history_limit && it != history_.end(); ++it) {
+    if (assigned.count(it->first)) continue;
+    pruned.push_back(it->first);
+    --kept;
+  }
+  if (!backend_->Commit(ToStored(record), ToState(default_version, targeted), pruned, error)) {
     return false;
   }
+  default_version_ = default_version;
+  targeted_ = std::move(targeted);
   counter_ = version;
   history_[version] = record;
-  PruneLocked();
+  for (uint64_t v : pruned) history_.erase(v);
   log_(absl::StrCat("version ", version, " origin=", record.origin, " target=",
                     record.target.ToString(), " author=", record.author, " added=", record.added,
                     " changed=", record.changed, " removed=", record.removed));
@@ -540,52 +679,6 @@ bool Store::WriteDirectoryLocked(const Snapshot& before, Snapshot* next, std::st
   last_fingerprint_ = DirectoryFingerprint(options_.dir);
   attempted_ = true;
   return true;
-}
-
-bool Store::PersistLocked(const VersionRecord& record, std::string* error) {
-  std::string rpx_dir = JoinPath(options_.dir, ".rpx");
-  std::string history_dir = JoinPath(rpx_dir, "history");
-  if (!MakeDir(rpx_dir, error) || !MakeDir(history_dir, error)) return false;
-  rpx::control::v1::StoredVersion stored;
-  auto* info = stored.mutable_info();
-  info->set_version(record.version);
-  info->set_parent(record.parent);
-  info->set_author(record.author);
-  info->set_description(record.description);
-  info->set_created_ms(record.created_ms);
-  *info->mutable_target() = ToProto(record.target);
-  info->set_origin(record.origin);
-  info->set_added(record.added);
-  info->set_changed(record.changed);
-  info->set_removed(record.removed);
-  *stored.mutable_resources() = ToResourceFile(*record.snapshot);
-  if (!WriteFileAtomically(JoinPath(history_dir, absl::StrCat(record.version, ".pb")),
-                           stored.SerializeAsString(), error)) {
-    return false;
-  }
-  rpx::control::v1::StoredState state;
-  auto* def = state.add_assignments();
-  def->set_version(default_version_);
-  for (const auto& [target, version] : targeted_) {
-    auto* a = state.add_assignments();
-    *a->mutable_target() = ToProto(target);
-    a->set_version(version);
-  }
-  return WriteFileAtomically(JoinPath(rpx_dir, "state.pb"), state.SerializeAsString(), error);
-}
-
-void Store::PruneLocked() {
-  std::set<uint64_t> assigned = {default_version_};
-  for (const auto& [t, v] : targeted_) assigned.insert(v);
-  for (auto it = history_.begin();
-       history_.size() > options_.history_limit && it != history_.end();) {
-    if (assigned.count(it->first)) {
-      ++it;
-      continue;
-    }
-    unlink(JoinPath(options_.dir, absl::StrCat(".rpx/history/", it->first, ".pb")).c_str());
-    it = history_.erase(it);
-  }
 }
 
 std::shared_ptr<const Snapshot> Store::ForTargetLocked(const Target& target,

@@ -5,8 +5,9 @@
 //
 // Persistence: the default version's resources are the directory's YAML files (the API writes
 // them, each file replaced atomically by rename, only files whose resources changed); the history
-// and the assignments live under DIR/.rpx/ (hidden, so never read as resources). A directory
-// edited by hand is reloaded by the poller and checked like an API change.
+// and the assignments are kept by a StoreBackend: DIR/.rpx/ (hidden, so never read as
+// resources), or etcd shared by several replicas (then the directory only seeds an empty store).
+// A directory edited by hand is reloaded by the poller and checked like an API change.
 //
 // Threads: every public method may be called from any thread; one mutex serializes them (a change
 // is checked and written under it, so the poller never reads a half-applied change). The
@@ -25,6 +26,7 @@
 #include "rpx/tools/v1/resource_file.pb.h"
 #include "tools/xds_server/change_check.h"
 #include "tools/xds_server/snapshot.h"
+#include "tools/xds_server/store_backend.h"
 
 namespace rpx {
 namespace xds_server {
@@ -107,6 +109,9 @@ struct StoreOptions {
   // False: files and changes are served as they are (to see how nodes handle bad resources).
   bool check = true;
   CheckOptions check_options;
+  // Where versions are kept; null: DIR/.rpx (MakeDirectoryBackend). With a shared backend
+  // (etcd) the directory, if given, only seeds an empty store and is never written.
+  std::shared_ptr<StoreBackend> backend;
 };
 
 class Store {
@@ -114,6 +119,7 @@ class Store {
   enum class Result { kUnchanged, kUpdated, kError };
 
   Store(StoreOptions options, LogFn log);
+  ~Store();  // Stops the backend's watch.
 
   // Reads DIR/.rpx (history and assignments), then the directory (a version when it differs from
   // the stored default). Logs the version served by default ("snapshot version=N ...").
@@ -150,12 +156,13 @@ class Store {
   // store cannot be written, leaving everything as it was.
   bool CommitLocked(std::shared_ptr<Snapshot> snapshot, VersionRecord record, std::string* error);
   bool WriteDirectoryLocked(const Snapshot& before, Snapshot* next, std::string* error);
-  bool PersistLocked(const VersionRecord& record, std::string* error);
-  void PruneLocked();
-  void LoadStateLocked();
+  // Takes in what the backend holds (at Open, or changed by another replica). True if anything
+  // served changed.
+  bool ApplyStoredLocked(const StoredData& data, bool full, const std::vector<uint64_t>& removed);
 
   StoreOptions options_;
   LogFn log_;
+  std::shared_ptr<StoreBackend> backend_;
   std::function<void()> on_change_;
   mutable std::mutex mu_;
   std::map<uint64_t, VersionRecord> history_;

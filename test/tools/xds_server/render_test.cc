@@ -2,6 +2,7 @@
 
 #include "envoy/config/cluster/v3/cluster.pb.h"
 #include "envoy/config/listener/v3/listener.pb.h"
+#include "envoy/config/route/v3/route.pb.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
@@ -54,6 +55,31 @@ TEST(RenderTest, YamlLoadsBackToTheSameResources) {
       << testing::PrintToString(errors) << "\n"
       << yaml;
   EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(in, out)) << yaml;
+}
+
+TEST(RenderTest, AwkwardStringsSurviveTheRoundTrip) {
+  envoy::config::route::v3::RouteConfiguration rc;
+  rc.set_name("true");
+  auto* vh = rc.add_virtual_hosts();
+  vh->set_name("123");
+  for (const char* d : {"*", "-x", "a: b #c", "", "yes", "1e3", "tab\there", "\"q\"", "caf\xc3\xa9",
+                        "@at", ".dot", "null"}) {
+    vh->add_domains(d);
+  }
+  auto* route = vh->add_routes();
+  route->mutable_match()->set_prefix("/");
+  auto* wc = route->mutable_route()->mutable_weighted_clusters();
+  wc->add_clusters()->set_name("a");
+  wc->add_clusters()->set_name("b");
+  wc->mutable_clusters(1)->mutable_weight()->set_value(7);
+  std::string yaml = ToYaml(rc);
+  envoy::config::route::v3::RouteConfiguration back;
+  std::vector<std::string> errors;
+  ASSERT_TRUE(LoadYamlIntoMessage(yaml, "out", &back, &errors))
+      << testing::PrintToString(errors) << "\n" << yaml;
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(rc, back)) << yaml;
+  EXPECT_THAT(yaml, HasSubstr("name: \"true\"\n"));
+  EXPECT_THAT(yaml, HasSubstr("      - match:\n          prefix: /\n"));
 }
 
 TEST(RenderTest, EmptyMessage) { EXPECT_EQ(ToYaml(rpx::tools::v1::ResourceFile()), "{}\n"); }
