@@ -16,6 +16,7 @@ PKGS=(
   # integration tests
   curl python3 python3-protobuf python3-prometheus-client python3-websockets python3-websocket procps iproute2 slowhttptest
   nghttp2-client python3-h2 python3-grpcio
+  etcd-server
   openssl sslscan testssl.sh
   # benchmark
   nginx-light haproxy wrk util-linux
@@ -25,8 +26,9 @@ PKGS=(
 command -v npm >/dev/null 2>&1 || PKGS+=(npm)
 if [ "${RPX_SETUP_SKIP_UPDATE:-0}" != 1 ]; then $SUDO apt-get update -qq; fi
 $SUDO apt-get install -y -qq --no-install-recommends "${PKGS[@]}" >/dev/null
-# The benchmark starts its own nginx and haproxy; the packaged services must not hold ports.
-for svc in nginx haproxy; do
+# The benchmark starts its own nginx and haproxy, the control-plane tests their own etcd; the
+# packaged services must not hold ports.
+for svc in nginx haproxy etcd; do
   if command -v systemctl >/dev/null 2>&1; then $SUDO systemctl disable --now "$svc" >/dev/null 2>&1 || true; fi
 done
 echo "setup: packages installed"

@@ -1957,8 +1957,15 @@ bool BuildServerConfig(const envoy::config::bootstrap::v3::Bootstrap& bootstrap,
       } else if (!it->second.hosts || it->second.hosts->empty()) {
         b.Error(where, absl::StrCat("cluster '", cluster_name, "' has no endpoints"));
       } else {
-        const SocketAddress& a = (*it->second.hosts)[0]->address;
-        target = absl::StrCat(a.family() == AF_INET6 ? "ipv6:" : "ipv4:", a.ToString());
+        // Every endpoint of the first one's family, in order: gRPC's pick_first connects to the
+        // first that answers, so a second control-plane replica takes over when one dies.
+        const SocketAddress& first = (*it->second.hosts)[0]->address;
+        std::vector<std::string> addresses;
+        for (const auto& h : *it->second.hosts) {
+          if (h->address.family() == first.family()) addresses.push_back(h->address.ToString());
+        }
+        target = absl::StrCat(first.family() == AF_INET6 ? "ipv6:" : "ipv4:",
+                              absl::StrJoin(addresses, ","));
       }
       out->xds.grpc_targets[cluster_name] = target;
       if (cluster_name == out->xds.cluster) out->xds.target = target;

@@ -477,6 +477,8 @@ static_resources:)");
   EXPECT_TRUE(c.xds.delta);
   EXPECT_TRUE(c.xds.lds && c.xds.cds);
   EXPECT_EQ(c.xds.cluster, "web");
+  // Every endpoint of the first one's family: gRPC fails over between control-plane replicas.
+  EXPECT_EQ(c.xds.target, "ipv4:127.0.0.1:8081,127.0.0.1:8083");
 }
 
 TEST(ServerConfigTest, UpstreamProtocolFromHttpProtocolOptions) {

@@ -286,6 +286,84 @@ def with_ports(text, ports, what):
     return text
 
 
+class ControlApiEtcdTest(IntegrationTestCase):
+    """Two control-plane replicas sharing their versions through a real etcd (--store etcd://),
+    and two rpx nodes whose xDS cluster lists both replicas, the second one first."""
+
+    def start_replica(self, etcd, files=None):
+        xds = XdsServer(checked=True, control=True, extra_args=["--store", etcd.url()])
+        self.addCleanup(xds.cleanup)
+        for name, lists in (files or {}).items():
+            xds.write_resources(name, **lists)
+        return xds.start()
+
+    def body(self, port):
+        return curl("http://127.0.0.1:%d/" % port).body.decode()
+
+    def wait_bodies(self, want):
+        for port in self.ports:
+            wait_until(lambda: self.body(port) == want, timeout=20,
+                       what="the node on %d to answer %r" % (port, want))
+
+    def apply(self, replica, body, *args, expect=0):
+        f = os.path.join(replica.dir, "change.yaml")
+        with open(f, "w") as out:
+            out.write(resource_file(routes=[routes_answering(body)]))
+        cp = replica.rpxctl("apply", "-f", f, *args)
+        self.assertEqual(cp.returncode, expect, cp.stdout + cp.stderr + replica.log_tail(20))
+        return cp
+
+    def test_replicas_share_versions_and_nodes_fail_over(self):
+        etcd = self.start_etcd()
+        a = self.start_replica(etcd, {"routes.yaml": {"routes": [routes_answering("v1")]}})
+        a.wait_for(r"^snapshot version=1 ")
+        b = self.start_replica(etcd)  # nothing of its own: it serves what etcd holds
+        b.wait_for(r"^snapshot version=1 ")
+        self.ports = []
+        for i in range(2):
+            port = free_port()
+            boot = xds_bootstrap(b.port, node_id="node-%d" % i, lds=False, cds=False,
+                                 listeners=[rds_listener("main", port, "r")])
+            xds_cluster = boot["static_resources"]["clusters"][0]
+            xds_cluster["load_assignment"]["endpoints"][0]["lb_endpoints"].append(
+                {"endpoint": {"address": {"socket_address": {"address": "127.0.0.1",
+                                                             "port_value": a.port}}}})
+            self.start_rpx(boot, concurrency=1)
+            self.ports.append(port)
+        self.wait_bodies("v1")
+
+        # A change through one replica reaches the nodes connected to the other.
+        cp = self.apply(a, "v2", "-m", "through a")
+        self.assertIn("accepted: version 2 (from 1), target all", cp.stdout)
+        b.wait_for(r"^store: changed by another replica, default version=2")
+        self.wait_bodies("v2")
+        wait_until(lambda: all(n.get("current_version") == "2" for n in json.loads(
+            b.rpxctl("status", "-o", "json").stdout)["nodes"]), timeout=20,
+            what="both nodes at version 2 in b's status")
+        self.assertEqual(json.loads(b.rpxctl("history", "-o", "json").stdout)["versions"][0]
+                         ["description"], "through a")
+
+        # The replica the nodes use dies: they move to the other, keeping the latest version.
+        b.stop()
+        wait_until(lambda: len([n for n in json.loads(a.rpxctl("status", "-o", "json").stdout)
+                                .get("nodes", []) if n["state"] == "CONNECTED"]) == 2,
+                   timeout=30, what="both nodes connected to replica a")
+        for port in self.ports:
+            self.assertEqual(self.body(port), "v2")
+        cp = self.apply(a, "v3", "--wait=20")
+        self.assertIn("running on 2 node(s)", cp.stdout)
+        self.wait_bodies("v3")
+
+        # etcd dies: changes are refused with a clear error, nodes keep serving.
+        etcd.stop()
+        cp = self.apply(a, "v4", expect=2)
+        self.assertIn("the change was not stored: etcd unreachable", cp.stderr)
+        for port in self.ports:
+            self.assertEqual(self.body(port), "v3")
+        self.assertEqual(json.loads(a.rpxctl("history", "-o", "json").stdout)["versions"][0]
+                         ["version"], "3")
+
+
 class ControlWalkthroughTest(IntegrationTestCase):
     """docs/control-api.md's walkthrough as written, on ephemeral ports: tools/xds_server/example
     as the directory, configs/xds-static-listener.yaml edited into two nodes as the doc's sed

@@ -890,6 +890,65 @@ def load_assignment(cluster_name, ports):
     }
 
 
+class Etcd(object):
+    """A real etcd (Debian's etcd-server) on two free loopback ports, with its data in a temporary
+    directory; started and stopped by PID. Requests may be up to 32 MiB (a control-plane version
+    holds a whole snapshot)."""
+
+    def __init__(self):
+        self.dir = make_tmpdir("rpx-it-etcd-")
+        self.port = free_port()
+        self.peer_port = free_port()
+        self.proc = None
+        self.log_path = os.path.join(self.dir, "etcd.log")
+
+    def start(self, timeout=READY_TIMEOUT):
+        global _PREFIX
+        if _PREFIX is None:
+            _PREFIX = _pdeathsig_prefix()
+        client = "http://127.0.0.1:%d" % self.port
+        peer = "http://127.0.0.1:%d" % self.peer_port
+        cmd = _PREFIX + ["etcd", "--name", "it", "--data-dir", os.path.join(self.dir, "data"),
+                         "--listen-client-urls", client, "--advertise-client-urls", client,
+                         "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+                         "--initial-cluster", "it=" + peer, "--max-request-bytes", "33554432"]
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout
+        while b"ready to serve client requests" not in self._log():
+            if self.proc.poll() is not None or time.monotonic() >= deadline:
+                self.stop()
+                raise AssertionError("etcd did not start; log:\n%s" %
+                                     self._log()[-3000:].decode("utf-8", "replace"))
+            time.sleep(0.05)
+        return self
+
+    def _log(self):
+        try:
+            with open(self.log_path, "rb") as f:
+                return f.read()
+        except OSError:
+            return b""
+
+    def url(self):
+        return "etcd://127.0.0.1:%d" % self.port
+
+    def stop(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(STOP_TIMEOUT)
+
+    def cleanup(self):
+        try:
+            self.stop()
+        finally:
+            remove_tmpdir(self.dir)
+
+
 class XdsServerError(Exception):
     pass
 
@@ -2518,6 +2577,12 @@ class IntegrationTestCase(unittest.TestCase):
             xds.write_resources(name, **lists)
         xds.start()
         return xds
+
+    def start_etcd(self):
+        """A real etcd on loopback (see Etcd), stopped and removed at cleanup."""
+        etcd = Etcd()
+        self.addCleanup(etcd.cleanup)
+        return etcd.start()
 
     def start_listening_process(self, argv, ports, what):
         """Starts a helper binary (bench/tcp_relay, bench/origin) and waits until it listens on

@@ -143,8 +143,7 @@ class EtcdBackend : public StoreBackend {
   std::string VersionsPrefix() const { return options_.prefix + "versions/"; }
   std::string VersionKey(uint64_t v) const {
     std::string n = absl::StrCat(v);
-    return absl::StrCat(VersionsPrefix(), std::string(n.size() < 20 ? 20 - n.size() : 0, '0'),
-                        n);
+    return absl::StrCat(VersionsPrefix(), std::string(n.size() < 20 ? 20 - n.size() : 0, '0'), n);
   }
   bool ParseVersionKey(const std::string& key, uint64_t* v) const {
     return absl::StartsWith(key, VersionsPrefix()) &&

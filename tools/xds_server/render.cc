@@ -29,8 +29,8 @@ class JsonToYaml {
   enum class Context { kTop, kMapValue, kListItem };
 
   void SkipSpace() {
-    while (pos_ < in_.size() && (in_[pos_] == ' ' || in_[pos_] == '\n' || in_[pos_] == '\t' ||
-                                 in_[pos_] == '\r')) {
+    while (pos_ < in_.size() &&
+           (in_[pos_] == ' ' || in_[pos_] == '\n' || in_[pos_] == '\t' || in_[pos_] == '\r')) {
       ++pos_;
     }
   }
@@ -47,9 +47,9 @@ class JsonToYaml {
     // literal includes the quotes; only simple contents are written bare.
     std::string v = literal.substr(1, literal.size() - 2);
     if (v.empty() || v.size() > 200) return false;
-    static const char* const kReserved[] = {"true", "false", "null", "yes", "no", "on", "off",
-                                            "y",    "n",     "~",    "True", "False", "Null",
-                                            "NULL", "TRUE",  "FALSE", "Yes", "No",   "On", "Off"};
+    static const char* const kReserved[] = {
+        "true", "false", "null", "yes",  "no",   "on",    "off", "y",  "n",  "~",
+        "True", "False", "Null", "NULL", "TRUE", "FALSE", "Yes", "No", "On", "Off"};
     for (const char* r : kReserved) {
       if (v == r) return false;
     }

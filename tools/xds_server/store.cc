@@ -261,8 +261,8 @@ class DirectoryBackend : public StoreBackend {
       closedir(d);
     }
     std::string bytes;
-    out->has_state = ReadFile(JoinPath(dir_, ".rpx/state.pb"), &bytes) &&
-                     out->state.ParseFromString(bytes);
+    out->has_state =
+        ReadFile(JoinPath(dir_, ".rpx/state.pb"), &bytes) && out->state.ParseFromString(bytes);
     return true;
   }
 
@@ -367,25 +367,25 @@ void Store::Open() {
     }
   }
   if (backend_->shared()) {
-    backend_->Watch([this](const StoredData& data, bool full,
-                           const std::vector<uint64_t>& removed) {
-      Lock lock(mu_);
-      if (full && data.versions.empty() && !history_.empty()) {
-        log_("store: the shared store is empty; keeping the versions held here");
-        return;
-      }
-      uint64_t before = default_version_;
-      if (!ApplyStoredLocked(data, full, removed)) return;
-      log_(absl::StrCat("store: changed by another replica, default version=", default_version_,
-                        before != default_version_ ? absl::StrCat(" (was ", before, ")") : ""));
-      auto it = history_.find(default_version_);
-      if (it != history_.end()) log_(DescribeSnapshot(*it->second.snapshot));
-      lock.unlock();
-      if (on_change_) on_change_();
-    });
+    backend_->Watch(
+        [this](const StoredData& data, bool full, const std::vector<uint64_t>& removed) {
+          Lock lock(mu_);
+          // An empty store (its first load racing the seed, or etcd wiped) takes nothing away.
+          if (full && data.versions.empty() && !history_.empty()) return;
+          uint64_t before = default_version_;
+          if (!ApplyStoredLocked(data, full, removed)) return;
+          log_(absl::StrCat("store: changed by another replica, default version=", default_version_,
+                            before != default_version_ ? absl::StrCat(" (was ", before, ")") : ""));
+          auto it = history_.find(default_version_);
+          if (it != history_.end()) log_(DescribeSnapshot(*it->second.snapshot));
+          lock.unlock();
+          if (on_change_) on_change_();
+        });
   }
   // A shared store is the truth once it holds anything; the directory only seeds an empty one.
-  bool seed = !options_.dir.empty() && (!backend_->shared() || History().empty());
+  bool seed =
+      !options_.dir.empty() &&
+      (!backend_->shared() || (History().empty() && !DirectoryFingerprint(options_.dir).empty()));
   if (!seed || ReloadDirectory(/*force=*/true) != Result::kUpdated) {
     Lock lock(mu_);
     auto it = history_.find(default_version_);

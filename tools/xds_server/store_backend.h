@@ -41,8 +41,8 @@ class StoreBackend {
   // A shared store: calls `on_change` with what others stored, from its own thread: `full` (a
   // complete Load, after a reconnect) or only the new versions and state, with `removed`
   // versions. A private store never calls it.
-  using ChangeFn = std::function<void(const StoredData& data, bool full,
-                                      const std::vector<uint64_t>& removed)>;
+  using ChangeFn =
+      std::function<void(const StoredData& data, bool full, const std::vector<uint64_t>& removed)>;
   virtual void Watch(ChangeFn on_change) { (void)on_change; }
   virtual void Stop() {}
 

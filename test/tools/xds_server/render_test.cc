@@ -76,7 +76,8 @@ TEST(RenderTest, AwkwardStringsSurviveTheRoundTrip) {
   envoy::config::route::v3::RouteConfiguration back;
   std::vector<std::string> errors;
   ASSERT_TRUE(LoadYamlIntoMessage(yaml, "out", &back, &errors))
-      << testing::PrintToString(errors) << "\n" << yaml;
+      << testing::PrintToString(errors) << "\n"
+      << yaml;
   EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(rc, back)) << yaml;
   EXPECT_THAT(yaml, HasSubstr("name: \"true\"\n"));
   EXPECT_THAT(yaml, HasSubstr("      - match:\n          prefix: /\n"));
