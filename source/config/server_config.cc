@@ -1755,6 +1755,69 @@ bool ParseConfigSource(const envoy::config::core::v3::ConfigSource& cs, const st
   return true;
 }
 
+namespace {
+
+// The TLS of an xDS cluster's gRPC stream: gRPC takes PEM text, so the UpstreamTlsContext must
+// name its certificate, key and CA directly (SDS would need the stream it secures).
+bool XdsStreamTls(const envoy::config::bootstrap::v3::Bootstrap::StaticResources& sr,
+                  const std::string& cluster_name, XdsTls* out, Builder* b) {
+  int index = -1;
+  for (int i = 0; i < sr.clusters_size(); ++i) {
+    if (sr.clusters(i).name() == cluster_name) index = i;
+  }
+  RPX_ASSERT(index >= 0);
+  const auto& c = sr.clusters(index);
+  std::string path =
+      absl::StrCat("static_resources.clusters[", index, "].transport_socket.typed_config");
+  envoy::extensions::transport_sockets::tls::v3::UpstreamTlsContext ctx;
+  if (!c.transport_socket().typed_config().UnpackTo(&ctx)) {
+    b->Error(path, "cannot decode the UpstreamTlsContext");
+    return false;
+  }
+  const auto& common = ctx.common_tls_context();
+  if (common.tls_certificate_sds_secret_configs_size() > 0 ||
+      common.has_validation_context_sds_secret_config() ||
+      common.has_combined_validation_context()) {
+    b->Error(path + ".common_tls_context",
+             "the xDS stream's TLS must name its certificate, key and CA directly "
+             "(tls_certificates, validation_context): SDS would need the stream it secures");
+    return false;
+  }
+  if (common.tls_certificates_size() > 1) {
+    b->Error(path + ".common_tls_context.tls_certificates",
+             "the xDS stream takes one client certificate");
+    return false;
+  }
+  const auto& vc = common.validation_context();
+  if (vc.match_typed_subject_alt_names_size() > 0 || vc.match_subject_alt_names_size() > 0) {
+    b->Error(path + ".common_tls_context.validation_context",
+             "subject alt name matching is not supported for the xDS stream: gRPC checks the "
+             "server's certificate against sni (or the target's host)");
+    return false;
+  }
+  std::vector<std::string> errors;
+  out->enabled = true;
+  out->sni = ctx.sni();
+  if (vc.has_trusted_ca()) {
+    ReadDataSource(vc.trusted_ca(), path + ".common_tls_context.validation_context.trusted_ca",
+                   &out->root_pem, &errors);
+  }
+  if (common.tls_certificates_size() == 1) {
+    const auto& cert = common.tls_certificates(0);
+    std::string cp = path + ".common_tls_context.tls_certificates[0]";
+    ReadDataSource(cert.certificate_chain(), cp + ".certificate_chain", &out->cert_pem, &errors);
+    ReadDataSource(cert.private_key(), cp + ".private_key", &out->key_pem, &errors);
+  }
+  for (const std::string& e : errors) {
+    size_t colon = e.find(": ");
+    b->Error(colon == std::string::npos ? path : e.substr(0, colon),
+             colon == std::string::npos ? e : e.substr(colon + 2));
+  }
+  return errors.empty();
+}
+
+}  // namespace
+
 bool BuildServerConfig(const envoy::config::bootstrap::v3::Bootstrap& bootstrap,
                        const BuildOptions& options, ServerConfig* out,
                        std::vector<std::string>* errors) {
@@ -1939,11 +2002,13 @@ bool BuildServerConfig(const envoy::config::bootstrap::v3::Bootstrap& bootstrap,
     } else if (it->second.info->eds) {
       b.Error(where, absl::StrCat("cluster '", cluster_name,
                                   "' is an xDS cluster, so its endpoints cannot come from EDS"));
-    } else if (it->second.info->transport.tls_required ||
-               !it->second.info->transport_matches.empty()) {
+    } else if (!it->second.info->transport_matches.empty()) {
       b.Error(where, absl::StrCat("cluster '", cluster_name,
-                                  "': TLS to the xDS server is not implemented yet (the stream "
-                                  "would go out in cleartext)"));
+                                  "': transport_socket_matches on an xDS cluster is not supported "
+                                  "(give it one transport_socket)"));
+    } else if (it->second.info->transport.tls_required &&
+               !XdsStreamTls(sr, cluster_name, &out->xds.grpc_tls[cluster_name], &b)) {
+      // XdsStreamTls reported why.
     } else {
       const DnsCluster* dns = nullptr;
       for (const auto& d : out->dns_clusters) {

@@ -144,6 +144,8 @@ struct XdsConfig {
   std::map<std::string, XdsSource> sources;
   // gRPC target of each cluster that carries xDS (ADS or a type's own stream).
   std::map<std::string, std::string> grpc_targets;
+  // Its TLS, from the cluster's transport_socket (enabled false: cleartext).
+  std::map<std::string, XdsTls> grpc_tls;
   bool enabled = false;  // an ADS stream runs (ads_config, and something that uses it)
   // Anything comes over xDS or from watched files (ADS, a type's own stream, a file).
   bool dynamic() const { return enabled || !sources.empty(); }

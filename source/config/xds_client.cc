@@ -160,8 +160,17 @@ void XdsClient::StreamLoop() {
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, kBackoffBaseMs);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kBackoffBaseMs);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kBackoffMaxMs);
-  auto channel =
-      grpc::CreateCustomChannel(options_.target, grpc::InsecureChannelCredentials(), args);
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (options_.tls.enabled) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = options_.tls.root_pem;
+    ssl.pem_private_key = options_.tls.key_pem;
+    ssl.pem_cert_chain = options_.tls.cert_pem;
+    credentials = grpc::SslCredentials(ssl);
+    // The server's certificate is checked against this name, not the target's address.
+    if (!options_.tls.sni.empty()) args.SetSslTargetNameOverride(options_.tls.sni);
+  }
+  auto channel = grpc::CreateCustomChannel(options_.target, credentials, args);
   std::mt19937_64 rng(std::random_device{}());
   uint64_t backoff = kBackoffBaseMs;
   uint64_t generation = 0;

@@ -40,6 +40,7 @@
 #include "envoy/service/route/v3/rds.grpc.pb.h"
 #include "envoy/service/secret/v3/sds.grpc.pb.h"
 #include "google/protobuf/any.pb.h"
+#include "source/config/xds_source.h"
 #include "source/event/dispatcher.h"
 
 namespace rpx {
@@ -70,6 +71,7 @@ class XdsApplier {
 
 struct XdsClientOptions {
   std::string target;  // gRPC target, e.g. "ipv4:127.0.0.1:18000"
+  XdsTls tls;
   bool delta = false;
   // Empty: the aggregated service (ADS), for every type. A type URL: that type's own service
   // (ListenerDiscoveryService.StreamListeners, ...), for an api_config_source that is not ADS.

@@ -36,4 +36,13 @@ struct XdsSource {
   }
 };
 
+// TLS for the gRPC stream, from the xDS cluster's UpstreamTlsContext (PEM text).
+struct XdsTls {
+  bool enabled = false;
+  std::string root_pem;  // validation_context.trusted_ca; empty: gRPC's default roots
+  std::string cert_pem;  // tls_certificates[0], for mTLS; empty: no client certificate
+  std::string key_pem;
+  std::string sni;  // UpstreamTlsContext.sni: the name checked in the server's certificate
+};
+
 }  // namespace rpx

@@ -167,6 +167,8 @@ XdsSources::XdsSources(Dispatcher& main, const XdsConfig& config,
   if (config_.enabled) {
     XdsClientOptions o;
     o.target = config_.target;
+    auto tls = config_.grpc_tls.find(config_.cluster);
+    if (tls != config_.grpc_tls.end()) o.tls = tls->second;
     o.delta = config_.delta;
     o.node = node_;
     clients_["ads"] = std::make_unique<XdsClient>(main_, o, applier_);
@@ -202,6 +204,8 @@ XdsClient* XdsSources::ClientFor(const std::string& type_url, const XdsSource& s
   }
   XdsClientOptions o;
   o.target = target->second;
+  auto tls = config_.grpc_tls.find(source.cluster);
+  if (tls != config_.grpc_tls.end()) o.tls = tls->second;
   o.delta = source.delta;
   o.node = node_;
   o.service = type_url;

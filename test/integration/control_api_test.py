@@ -14,7 +14,7 @@ import re
 import signal
 import unittest
 
-from harness import (IntegrationTestCase, XdsServer, cluster, curl, free_port, rds_listener, repo_file,
+from harness import (UPSTREAM_TLS_TYPE, IntegrationTestCase, TestPki, XdsServer, cluster, curl, free_port, rds_listener, repo_file,
                      route, route_configuration, to_yaml, virtual_host, wait_until,
                      xds_bootstrap)
 
@@ -362,6 +362,65 @@ class ControlApiEtcdTest(IntegrationTestCase):
             self.assertEqual(self.body(port), "v3")
         self.assertEqual(json.loads(a.rpxctl("history", "-o", "json").stdout)["versions"][0]
                          ["version"], "3")
+
+
+class ControlApiTlsTest(IntegrationTestCase):
+    """The control API and the xDS port behind mutual TLS (--tls-cert/--tls-key/--tls-client-ca):
+    rpxctl and an rpx node with certificates from the allowed CA get in, others do not."""
+
+    def test_mutual_tls_on_both_ports(self):
+        pki = TestPki()
+        self.addCleanup(pki.cleanup)
+        other = TestPki("someone else's CA")
+        self.addCleanup(other.cleanup)
+        server = pki.cert("control.example", ["DNS:control.example"])
+        ops = pki.cert("ops", [])
+        node = pki.cert("node-a", [])
+        rogue = other.cert("ops", [])
+        xds = XdsServer(checked=True, control=True, extra_args=[
+            "--tls-cert", server[0], "--tls-key", server[1], "--tls-client-ca", pki.ca])
+        self.addCleanup(xds.cleanup)
+        xds.write_resources("routes.yaml", routes=[routes_answering("v1")])
+        xds.start()
+        self.assertTrue(xds.find(r"^xds_server listening on .* tls=mutual"), xds.log_tail())
+
+        def ctl(cert, *args):
+            tls = ["--ca", pki.ca, "--tls-server-name", "control.example"]
+            if cert:
+                tls += ["--cert", cert[0], "--key", cert[1]]
+            return xds.rpxctl(*(tls + list(args)), timeout=30)
+
+        self.assertEqual(ctl(ops, "history").returncode, 0)
+        for refused in (ctl(None, "--timeout", "3", "history"),
+                        ctl(rogue, "--timeout", "3", "history"),
+                        xds.rpxctl("--timeout", "3", "history")):  # cleartext
+            self.assertEqual(refused.returncode, 2, refused.stdout + refused.stderr)
+
+        port = free_port()
+        boot = xds_bootstrap(xds.port, node_id="node-a", lds=False, cds=False,
+                             listeners=[rds_listener("main", port, "r")])
+        boot["static_resources"]["clusters"][0]["transport_socket"] = {
+            "name": "envoy.transport_sockets.tls",
+            "typed_config": {
+                "@type": UPSTREAM_TLS_TYPE,
+                "sni": "control.example",
+                "common_tls_context": {
+                    "tls_certificates": [{"certificate_chain": {"filename": node[0]},
+                                          "private_key": {"filename": node[1]}}],
+                    "validation_context": {"trusted_ca": {"filename": pki.ca}},
+                },
+            },
+        }
+        self.start_rpx(boot, concurrency=1)
+        url = "http://127.0.0.1:%d/" % port
+        wait_until(lambda: curl(url).body == b"v1", timeout=20, what="the node answering v1")
+        f = os.path.join(xds.dir, "v2.yaml")
+        with open(f, "w") as out:
+            out.write(resource_file(routes=[routes_answering("v2")]))
+        cp = ctl(ops, "apply", "-f", f, "--wait=20")
+        self.assertEqual(cp.returncode, 0, cp.stdout + cp.stderr)
+        self.assertIn("running on 1 node(s)", cp.stdout)
+        self.assertEqual(curl(url).body, b"v2")
 
 
 class ControlWalkthroughTest(IntegrationTestCase):

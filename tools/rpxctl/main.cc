@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <fstream>
 #include <iostream>
 #include <iterator>
 #include <map>
@@ -53,6 +54,9 @@ const char kUsageText[] =
     "  -m, --message TEXT  why (kept in the history)\n"
     "  --author NAME       who (default $RPXCTL_AUTHOR, else $USER@host)\n"
     "  --timeout SECONDS   per request (default 10)\n"
+    "  --ca FILE           TLS to the control API, trusting this CA (PEM)\n"
+    "  --cert FILE --key FILE  client certificate for mTLS\n"
+    "  --tls-server-name NAME  the name to check in the server's certificate\n"
     "  -f -                read YAML from stdin\n";
 
 struct Args {
@@ -69,6 +73,7 @@ struct Args {
   double wait_s = -1;  // <0: do not wait
   double timeout_s = 10;
   uint64_t version = 0;
+  std::string ca_file, cert_file, key_file, tls_server_name;
 };
 
 int Usage(const std::string& error) {
@@ -154,12 +159,33 @@ void PrintTable(const std::vector<std::vector<std::string>>& rows) {
   }
 }
 
+bool ReadPem(const std::string& path, std::string* out) {
+  std::ifstream in(path);
+  *out = std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in && !out->empty()) return true;
+  fprintf(stderr, "rpxctl: cannot read '%s'\n", path.c_str());
+  return false;
+}
+
+std::shared_ptr<grpc::Channel> MakeChannel(const Args& args) {
+  grpc::ChannelArguments channel_args;
+  if (args.ca_file.empty() && args.cert_file.empty()) {
+    return grpc::CreateCustomChannel(args.server, grpc::InsecureChannelCredentials(), channel_args);
+  }
+  grpc::SslCredentialsOptions ssl;
+  if (!args.ca_file.empty() && !ReadPem(args.ca_file, &ssl.pem_root_certs)) return nullptr;
+  if (!args.cert_file.empty() && (!ReadPem(args.cert_file, &ssl.pem_cert_chain) ||
+                                  !ReadPem(args.key_file, &ssl.pem_private_key))) {
+    return nullptr;
+  }
+  if (!args.tls_server_name.empty()) channel_args.SetSslTargetNameOverride(args.tls_server_name);
+  return grpc::CreateCustomChannel(args.server, grpc::SslCredentials(ssl), channel_args);
+}
+
 class Client {
  public:
-  explicit Client(const Args& args)
-      : args_(args),
-        stub_(pb::ControlService::NewStub(
-            grpc::CreateChannel(args.server, grpc::InsecureChannelCredentials()))) {}
+  Client(const Args& args, std::shared_ptr<grpc::Channel> channel)
+      : args_(args), stub_(pb::ControlService::NewStub(channel)) {}
 
   void Prepare(grpc::ClientContext* ctx) const {
     ctx->set_deadline(std::chrono::system_clock::now() +
@@ -558,6 +584,14 @@ int main(int argc, char** argv) {
       if (!missing && (!absl::SimpleAtod(v, &args.timeout_s) || args.timeout_s <= 0)) {
         return Usage(absl::StrCat("--timeout needs a positive number, got '", v, "'"));
       }
+    } else if (arg == "--ca") {
+      args.ca_file = next();
+    } else if (arg == "--cert") {
+      args.cert_file = next();
+    } else if (arg == "--key") {
+      args.key_file = next();
+    } else if (arg == "--tls-server-name") {
+      args.tls_server_name = next();
     } else if (arg == "--version") {
       std::string v = next();
       if (!missing && !absl::SimpleAtoi(v, &args.version)) {
@@ -579,7 +613,12 @@ int main(int argc, char** argv) {
     return Usage("give --to or --to-metadata, not both");
   }
   if (args.command.empty()) return Usage("no command");
-  Client client(args);
+  if (args.cert_file.empty() != args.key_file.empty()) {
+    return Usage("--cert and --key go together");
+  }
+  auto channel = MakeChannel(args);
+  if (!channel) return kUsage;
+  Client client(args, channel);
   if (args.command == "apply") return Apply(client, args);
   if (args.command == "delete") return Delete(client, args);
   if (args.command == "set-vhost") return SetVhost(client, args);

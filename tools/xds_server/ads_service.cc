@@ -657,12 +657,22 @@ bool XdsServer::Start(std::string* error) {
     return store_.ForNode(node, &version);
   });
 
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+  if (!options_.tls_cert_pem.empty()) {
+    grpc::SslServerCredentialsOptions ssl(
+        options_.tls_client_ca_pem.empty()
+            ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+            : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+    ssl.pem_root_certs = options_.tls_client_ca_pem;
+    ssl.pem_key_cert_pairs.push_back({options_.tls_key_pem, options_.tls_cert_pem});
+    credentials = grpc::SslServerCredentials(ssl);
+  }
   grpc::ServerBuilder builder;
   // gRPC turns SO_REUSEPORT on by default: a second server on a fixed port would then share it
   // silently instead of failing.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   std::string where = HostPort(options_.address, options_.port);
-  builder.AddListeningPort(where, grpc::InsecureServerCredentials(), &port_);
+  builder.AddListeningPort(where, credentials, &port_);
   builder.RegisterService(&service_);
   for (auto& s : type_services_) builder.RegisterService(s.get());
   server_ = builder.BuildAndStart();
@@ -676,7 +686,7 @@ bool XdsServer::Start(std::string* error) {
     grpc::ServerBuilder control;
     control.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
     std::string control_where = HostPort(options_.control_address, options_.control_port);
-    control.AddListeningPort(control_where, grpc::InsecureServerCredentials(), &control_port_);
+    control.AddListeningPort(control_where, credentials, &control_port_);
     control.RegisterService(control_service_.get());
     control_server_ = control.BuildAndStart();
     if (control_server_ == nullptr || control_port_ == 0) {
@@ -690,6 +700,9 @@ bool XdsServer::Start(std::string* error) {
   }
   log_(absl::StrCat("xds_server listening on ", HostPort(options_.address, port_),
                     " dir=", options_.dir,
+                    options_.tls_cert_pem.empty()        ? ""
+                    : options_.tls_client_ca_pem.empty() ? " tls=on"
+                                                         : " tls=mutual",
                     options_.backend ? " store=" + options_.backend->Describe() : ""));
   if (control_server_) {
     log_(absl::StrCat("control API listening on ",

@@ -108,6 +108,11 @@ struct XdsServerOptions {
   bool check = true;
   std::set<std::string> static_clusters;
   std::chrono::milliseconds gone_ttl = std::chrono::minutes(10);
+  // TLS on both ports (PEM text; empty cert: cleartext). With client_ca, clients must present a
+  // certificate it signed (mTLS).
+  std::string tls_cert_pem;
+  std::string tls_key_pem;
+  std::string tls_client_ca_pem;
   // Where versions are kept; null: DIR/.rpx. A shared one (etcd) makes `dir` optional: it only
   // seeds an empty store, and is not polled.
   std::shared_ptr<StoreBackend> backend;

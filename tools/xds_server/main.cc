@@ -6,6 +6,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <mutex>
 #include <string>
 
@@ -123,6 +125,17 @@ int main(int argc, char** argv) {
         return 2;
       }
       options.gone_ttl = std::chrono::seconds(n);
+    } else if (arg == "--tls-cert" || arg == "--tls-key" || arg == "--tls-client-ca") {
+      std::string path = next();
+      std::ifstream in(path);
+      std::string pem((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      if (!in || pem.empty()) {
+        fprintf(stderr, "error: %s: cannot read '%s'\n", arg.c_str(), path.c_str());
+        return 2;
+      }
+      (arg == "--tls-cert"  ? options.tls_cert_pem
+       : arg == "--tls-key" ? options.tls_key_pem
+                            : options.tls_client_ca_pem) = pem;
     } else if (arg == "--store") {
       store = next();
     } else if (arg == "--etcd-prefix") {
@@ -149,6 +162,14 @@ int main(int argc, char** argv) {
     }
     etcd.prefix = prefix;
     options.backend = rpx::xds_server::MakeEtcdBackend(etcd);
+  }
+  if (options.tls_cert_pem.empty() != options.tls_key_pem.empty()) {
+    fprintf(stderr, "error: --tls-cert and --tls-key go together\n");
+    return 2;
+  }
+  if (!options.tls_client_ca_pem.empty() && options.tls_cert_pem.empty()) {
+    fprintf(stderr, "error: --tls-client-ca needs --tls-cert and --tls-key\n");
+    return 2;
   }
   if (options.dir.empty() && store.empty()) {
     fprintf(stderr, "error: --dir is required (unless --store is given)\n");
