@@ -47,10 +47,22 @@ HCM = ("type.googleapis.com/envoy.extensions.filters.network.http_connection_man
 ROUTER = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
 
 
+_next_port = [int(os.environ.get("BASE_PORT", "21000"))]
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A bindable port below the ephemeral range (a kernel-picked one may be taken by some
+    process's outgoing connection before the node binds it)."""
+    while True:
+        port = _next_port[0]
+        _next_port[0] += 1
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
 
 
 def vhost_yaml(i, body, indent):
@@ -150,8 +162,15 @@ class Fleet:
                 stderr=subprocess.STDOUT))
             self.ports.append(port)
         last = f"host{vhosts - 1}.example"
-        for p in self.ports:
-            wait(lambda: get(p, last) == f"v{vhosts - 1}-0", 120, f"node on {p}")
+        for i, p in enumerate(self.ports):
+            proc = self.procs[1 + i]
+
+            def ready():
+                if proc.poll() is not None:
+                    with open(os.path.join(tmp, f"node{i}.log")) as f:
+                        raise SystemExit(f"node {i} exited ({proc.returncode}):\n{f.read()[-2000:]}")
+                return get(p, last) == f"v{vhosts - 1}-0"
+            wait(ready, 120, f"node on {p}")
 
     def ctl(self, *args):
         t0 = time.monotonic()
