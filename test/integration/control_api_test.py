@@ -10,13 +10,12 @@ node.cluster "prod", node "c" in "canary".
 import glob
 import json
 import os
-import re
 import signal
 import unittest
 
-from harness import (UPSTREAM_TLS_TYPE, IntegrationTestCase, TestPki, XdsServer, cluster, curl, free_port, rds_listener, repo_file,
-                     route, route_configuration, to_yaml, virtual_host, wait_until,
-                     xds_bootstrap)
+from harness import (UPSTREAM_TLS_TYPE, IntegrationTestCase, TestPki, XdsServer, cluster,
+                     curl, free_port, rds_listener, repo_file, route, route_configuration,
+                     to_yaml, virtual_host, wait_until, with_ports, xds_bootstrap)
 
 NODES = (("node-a", "prod"), ("node-b", "prod"), ("node-c", "canary"))
 
@@ -273,17 +272,6 @@ class ControlApiTest(IntegrationTestCase):
         dead = free_port()
         cp = self.xds.rpxctl("--server", "127.0.0.1:%d" % dead, "--timeout", "2", "status")
         self.assertEqual(cp.returncode, 2, cp.stdout + cp.stderr)
-
-
-def with_ports(text, ports, what):
-    """`text` with each `port_value: OLD` (and `OLD` in a sed-style edit) replaced; every OLD must
-    occur."""
-    for old, new in ports.items():
-        rx = r"port_value: %d\b" % old
-        if not re.search(rx, text):
-            raise AssertionError("%s changed shape: no port_value %d" % (what, old))
-        text = re.sub(rx, "port_value: %d" % new, text)
-    return text
 
 
 class ControlApiEtcdTest(IntegrationTestCase):

@@ -318,6 +318,17 @@ def socket_address(port, address="127.0.0.1"):
     return {"socket_address": {"address": address, "port_value": port}}
 
 
+def with_ports(text, ports, what):
+    """`text` (a checked-in config) with each `port_value: OLD` replaced by `port_value: NEW`
+    (ports: OLD -> NEW); every OLD must occur, so a config that changed shape fails loudly."""
+    for old, new in ports.items():
+        rx = r"port_value: %d\b" % old
+        if not re.search(rx, text):
+            raise AssertionError("%s changed shape: no port_value %d" % (what, old))
+        text = re.sub(rx, "port_value: %d" % new, text)
+    return text
+
+
 def route(prefix=None, cluster=None, path=None, timeout=None, prefix_rewrite=None,
           host_rewrite_literal=None, direct_response=None, headers=None):
     """One route. Give `cluster` (optionally timeout/rewrites) or `direct_response=(status, body)`."""

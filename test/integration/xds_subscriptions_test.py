@@ -19,21 +19,10 @@ import unittest
 
 from harness import (IntegrationTestCase, cluster, curl, eds_cluster, free_port,
                      http_listener, load_assignment, rds_listener, repo_file, route,
-                     route_configuration, virtual_host, xds_bootstrap)
+                     route_configuration, virtual_host, with_ports, xds_bootstrap)
 
 NODE = "sub-node"
 FILE = "resources.yaml"
-
-
-def with_ports(text, ports, what):
-    """`text` with each `port_value: OLD` replaced by `port_value: NEW` (ports: OLD -> NEW);
-    every OLD must occur."""
-    for old, new in ports.items():
-        rx = r"port_value: %d\b" % old
-        if not re.search(rx, text):
-            raise AssertionError("%s changed shape: no port_value %d" % (what, old))
-        text = re.sub(rx, "port_value: %d" % new, text)
-    return text
 
 
 def routes_to_all(clusters):

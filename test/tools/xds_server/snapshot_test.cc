@@ -28,14 +28,6 @@ std::vector<std::string> Names(const Snapshot& s, ResourceType type) {
   return names;
 }
 
-constexpr char kClusters[] = R"(clusters:
-- name: a
-  type: STATIC
-  connect_timeout: 1s
-- name: b
-  connect_timeout: 2s
-)";
-
 TEST(SnapshotTest, LoadsTheExampleDirectory) {
   Snapshot s;
   std::vector<std::string> errors;

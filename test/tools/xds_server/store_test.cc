@@ -32,14 +32,6 @@ StoreOptions Checked(const std::string& dir) {
   return o;
 }
 
-constexpr char kClusters[] = R"(clusters:
-- name: a
-  type: STATIC
-  connect_timeout: 1s
-- name: b
-  connect_timeout: 2s
-)";
-
 // A small valid configuration: route "r" sends / to cluster "svc".
 constexpr char kHandClusters[] = R"(# written by hand
 clusters:

@@ -18,6 +18,15 @@
 namespace rpx {
 namespace xds_server {
 
+// Two clusters, in the directory's file format.
+constexpr char kClusters[] = R"(clusters:
+- name: a
+  type: STATIC
+  connect_timeout: 1s
+- name: b
+  connect_timeout: 2s
+)";
+
 inline std::string MakeTempDir() {
   const char* base = getenv("TEST_TMPDIR");
   std::string templ = std::string(base ? base : "/tmp") + "/xds_test_XXXXXX";
