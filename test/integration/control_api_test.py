@@ -269,6 +269,13 @@ class ControlApiTest(IntegrationTestCase):
         self.ctl("apply", expect=2)
         cp = self.ctl("apply", "-f", "/nonexistent.yaml", expect=2)
         self.assertIn("/nonexistent.yaml", cp.stderr)
+        # A file that does not fit the schema is a refused change: nothing is sent.
+        mark = self.xds.mark()
+        typo = self.write("typo.yaml", "routes:\n- name: r\n  virtual_host: []\n")
+        cp = self.ctl("apply", "-f", typo, expect=1)
+        self.assertIn("refused: 1 problem in %s (nothing was sent)" % typo, cp.stdout)
+        self.assertIn("routes[0].virtual_host: unknown field 'virtual_host'", cp.stdout)
+        self.assertEqual(self.xds.find(r"^(version|change refused) ", mark), [])
         dead = free_port()
         cp = self.xds.rpxctl("--server", "127.0.0.1:%d" % dead, "--timeout", "2", "status")
         self.assertEqual(cp.returncode, 2, cp.stdout + cp.stderr)

@@ -1,6 +1,7 @@
 // rpxctl: changes what a fleet of rpx nodes runs through the control API of tools/xds_server
-// (rpx.control.v1.ControlService). Exit status: 0 done, 1 the change was refused (or, with
-// --wait, not taken up by every node in time), 2 usage or connection errors.
+// (rpx.control.v1.ControlService). Exit status: 0 done, 1 the change was refused (by the API, or
+// because its file does not fit the schema; or, with --wait, not taken up by every node in
+// time), 2 usage, unreadable files or connection errors.
 #include <unistd.h>
 
 #include <chrono>
@@ -89,17 +90,26 @@ std::string DefaultAuthor() {
   return absl::StrCat(user && *user ? user : "unknown", "@", host);
 }
 
-bool LoadFile(const std::string& path, google::protobuf::Message* out) {
-  std::vector<std::string> errors;
-  bool ok;
+// Reads a YAML file (or stdin for "-") into `out`. kOk; kUsage when it cannot be read; kRefused
+// when its content does not fit the schema (printed like a refused change: nothing was sent).
+int LoadFile(const std::string& path, google::protobuf::Message* out) {
+  std::string text;
   if (path == "-") {
-    std::string text((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
-    ok = rpx::LoadYamlIntoMessage(text, "<stdin>", out, &errors);
+    text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
   } else {
-    ok = rpx::LoadYamlFile(path, out, &errors);
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+      fprintf(stderr, "rpxctl: cannot read '%s'\n", path.c_str());
+      return kUsage;
+    }
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   }
-  for (const std::string& e : errors) fprintf(stderr, "rpxctl: %s\n", e.c_str());
-  return ok;
+  std::vector<std::string> errors;
+  if (rpx::LoadYamlIntoMessage(text, path == "-" ? "<stdin>" : path, out, &errors)) return kOk;
+  printf("refused: %zu problem%s in %s (nothing was sent)\n", errors.size(),
+         errors.size() == 1 ? "" : "s", path == "-" ? "<stdin>" : path.c_str());
+  for (const std::string& e : errors) printf("  %s\n", e.c_str());
+  return kRefused;
 }
 
 std::string Age(int64_t now_ms, int64_t then_ms) {
@@ -324,7 +334,7 @@ int Apply(Client& client, const Args& args) {
   pb::ApplyRequest req;
   for (const std::string& f : args.files) {
     rpx::tools::v1::ResourceFile file;
-    if (!LoadFile(f, &file)) return kUsage;
+    if (int rc = LoadFile(f, &file); rc != kOk) return rc;
     req.mutable_resources()->MergeFrom(file);
   }
   *req.mutable_options() = Options(args);
@@ -363,8 +373,8 @@ int SetVhost(Client& client, const Args& args) {
   if (!args.remove.empty()) {
     req.set_remove(true);
     req.mutable_virtual_host()->set_name(args.remove);
-  } else if (!LoadFile(args.files[0], req.mutable_virtual_host())) {
-    return kUsage;
+  } else if (int rc = LoadFile(args.files[0], req.mutable_virtual_host()); rc != kOk) {
+    return rc;
   }
   *req.mutable_options() = Options(args);
   grpc::ClientContext ctx;
@@ -396,7 +406,7 @@ int Diff(Client& client, const Args& args) {
     if (!args.positional.empty()) return Usage("diff takes -f FILE or two versions, not both");
     for (const std::string& f : args.files) {
       rpx::tools::v1::ResourceFile file;
-      if (!LoadFile(f, &file)) return kUsage;
+      if (int rc = LoadFile(f, &file); rc != kOk) return rc;
       req.mutable_proposed()->MergeFrom(file);
     }
     *req.mutable_target() = args.target;
