@@ -218,7 +218,8 @@ void RouterStream::OnRequestHeaders(RequestHead& head, bool end_stream) {
   route_ = routes_->Route(head, &vhost_, tls);
   if (!route_) {
     stats.no_route.Inc();
-    LocalReply(404, "no route matched this request\n", kNoRouteFound, "route_not_found");
+    // Empty, as Envoy's (content-length: 0, no content-type); local_reply_config may add one.
+    LocalReply(404, "", kNoRouteFound, "route_not_found");
     return;
   }
   info.route_name = &route_->name;

@@ -69,12 +69,15 @@ class RoutingTest(IntegrationTestCase):
     def test_wildcard_needs_a_nonempty_label(self):
         r = self.get("/x", "b.example.com")
         self.assertEqual(r.status, 404)
-        self.assertEqual(r.body, b"no route matched this request\n")
+        self.assertEqual(r.body, b"")
 
     def test_unknown_host_is_404(self):
         r = self.get("/x", "nope.example.org")
         self.assertEqual(r.status, 404)
-        self.assertEqual(r.body, b"no route matched this request\n")
+        # Envoy's: no body, no content-type.
+        self.assertEqual(r.body, b"")
+        self.assertEqual(r.headers.get("content-length"), "0")
+        self.assertIsNone(r.headers.get("content-type"))
         self.assertEqual(self.a.request_count() + self.b.request_count(), 0)
         stats = self.proxy.stats()
         self.assertEqual(stats["http.ingress.no_route"], 1)
@@ -93,7 +96,7 @@ class RoutingTest(IntegrationTestCase):
         self.assertServedBy(self.get("/only/x", "c.example.com"), "A", "/only/x")
         r = self.get("/other", "c.example.com")
         self.assertEqual(r.status, 404)
-        self.assertEqual(r.body, b"no route matched this request\n")
+        self.assertEqual(r.body, b"")
 
     def test_prefix_rewrite(self):
         r = self.get("/rewrite/foo/bar?x=1&y=2", "a.example.com")
