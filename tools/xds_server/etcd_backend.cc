@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
@@ -78,8 +79,11 @@ class EtcdBackend : public StoreBackend {
   bool shared() const override { return true; }
 
   bool Load(StoredData* out, std::string* error) override {
-    int64_t revision = 0;
-    return LoadAt(out, &revision, error);
+    // The Store applies what Load returns under the mutex it holds while calling.
+    int64_t revision = 0, state_revision = 0;
+    if (!LoadAt(out, &revision, &state_revision, error)) return false;
+    Seen(revision, state_revision);
+    return true;
   }
 
   bool Commit(const pb::StoredVersion& version, const pb::StoredState& state,
@@ -117,8 +121,7 @@ class EtcdBackend : public StoreBackend {
           "applied, try again";
       return false;
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    state_revision_ = resp.header().revision();
+    Seen(resp.header().revision(), resp.header().revision());
     return true;
   }
 
@@ -156,7 +159,7 @@ class EtcdBackend : public StoreBackend {
 
   // Every version (keys first, then one at a time: a version may be large) and the state, as of
   // one revision.
-  bool LoadAt(StoredData* out, int64_t* revision, std::string* error) {
+  bool LoadAt(StoredData* out, int64_t* revision, int64_t* state_revision, std::string* error) {
     etcdserverpb::RangeRequest keys;
     keys.set_key(VersionsPrefix());
     keys.set_range_end(PrefixEnd(VersionsPrefix()));
@@ -203,13 +206,21 @@ class EtcdBackend : public StoreBackend {
       *error = absl::StrCat("etcd unreachable (", Describe(), "): ", s.error_message());
       return false;
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    state_revision_ = 0;
+    *state_revision = 0;
     if (!got.kvs().empty()) {
       out->has_state = out->state.ParseFromString(got.kvs(0).value());
-      state_revision_ = got.kvs(0).mod_revision();
+      *state_revision = got.kvs(0).mod_revision();
     }
     return true;
+  }
+
+  // What the store has been seen at is only moved forward, and only once the Store has taken
+  // the data in (the callback returns after the Store applied it under its mutex): a change
+  // computed on older data then fails its transaction instead of overwriting newer data.
+  void Seen(int64_t revision, int64_t state_revision) {
+    std::lock_guard<std::mutex> lock(mu_);
+    highest_revision_ = std::max(highest_revision_, revision);
+    state_revision_ = std::max(state_revision_, state_revision);
   }
 
   void Run() {
@@ -223,13 +234,23 @@ class EtcdBackend : public StoreBackend {
       }
       first = false;
       StoredData data;
-      int64_t revision = 0;
+      int64_t revision = 0, state_revision = 0;
       std::string error;
-      if (!LoadAt(&data, &revision, &error)) {
+      if (!LoadAt(&data, &revision, &state_revision, &error)) {
         backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
         continue;
       }
-      on_change_(data, /*full=*/true, {});
+      bool stale;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        stale = revision < highest_revision_;
+      }
+      // A load that began before this replica's own last commit would take that commit back;
+      // the watch from its revision replays what came after it instead.
+      if (!stale) {
+        on_change_(data, /*full=*/true, {});
+        Seen(revision, state_revision);
+      }
       backoff = std::chrono::milliseconds(200);
       WatchFrom(revision + 1);
     }
@@ -256,14 +277,14 @@ class EtcdBackend : public StoreBackend {
         if (resp.canceled() || resp.compact_revision() != 0) break;  // reload whole
         StoredData data;
         std::vector<uint64_t> removed;
+        int64_t state_revision = 0;
         for (const auto& ev : resp.events()) {
           uint64_t v = 0;
           if (ev.kv().key() == StateKey()) {
             if (ev.type() == etcdserverpb::Event::PUT &&
                 data.state.ParseFromString(ev.kv().value())) {
               data.has_state = true;
-              std::lock_guard<std::mutex> lock(mu_);
-              state_revision_ = ev.kv().mod_revision();
+              state_revision = ev.kv().mod_revision();
             }
           } else if (ParseVersionKey(ev.kv().key(), &v)) {
             if (ev.type() == etcdserverpb::Event::DELETE) {
@@ -277,6 +298,7 @@ class EtcdBackend : public StoreBackend {
         if (!data.versions.empty() || data.has_state || !removed.empty()) {
           on_change_(data, /*full=*/false, removed);
         }
+        Seen(resp.header().revision(), state_revision);
       }
     }
     ctx->TryCancel();
@@ -293,7 +315,8 @@ class EtcdBackend : public StoreBackend {
   std::mutex mu_;  // guards the fields below
   std::condition_variable cv_;
   bool stop_ = false;
-  int64_t state_revision_ = 0;  // mod_revision of the state key as last seen (0: absent)
+  int64_t state_revision_ = 0;    // mod_revision of the state key as last seen (0: absent)
+  int64_t highest_revision_ = 0;  // the newest store revision taken in or written
   std::shared_ptr<grpc::ClientContext> watch_ctx_;
   std::thread thread_;
 };

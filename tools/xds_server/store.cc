@@ -628,6 +628,8 @@ bool Store::CommitLocked(std::shared_ptr<Snapshot> snapshot, VersionRecord recor
     --kept;
   }
   if (!backend_->Commit(ToStored(record), ToState(default_version, targeted), pruned, error)) {
+    // Files already written stay: the poller takes them in as a hand edit would be.
+    last_fingerprint_.clear();
     return false;
   }
   default_version_ = default_version;
