@@ -2317,6 +2317,7 @@ class H2Origin(object):
                           order), body length and sha256, its trailers (or null), connection
                           and stream numbers
       /hold/N             answered (as /echo) once N /hold streams wait on the same connection
+      /holdall/N          answered (as /echo) once N /holdall streams wait, over all connections
       /bytes/N            N deterministic bytes (det_bytes), within the client's windows
       /trailers           200, body "abc", then trailers grpc-status: 0, x-trailer: yes
       /goaway             answered as /echo, then GOAWAY naming this stream as the last one
@@ -2338,6 +2339,8 @@ class H2Origin(object):
         self.lock = threading.Lock()
         self.connections = 0
         self.max_open = 0
+        self.holdall_waiting = 0  # /holdall streams waiting, over all connections
+        self.holdall_release = threading.Event()
         self.requests = []
         self.refused_once = False
         self.refused = 0  # streams refused for exceeding max_streams
@@ -2393,6 +2396,7 @@ class H2Origin(object):
         streams = {}   # id -> {"headers": [...], "body": bytearray}
         sends = {}     # id -> [bytes left, trailers or None]
         holds = []
+        holdalls = []  # this connection's /holdall streams
         goaway_after = [None]
         open_now = set()
 
@@ -2438,6 +2442,12 @@ class H2Origin(object):
                     for h in holds:
                         respond(h, body=echo_body(h))
                     del holds[:]
+            elif path.startswith("/holdall/"):
+                holdalls.append(sid)
+                with self.lock:
+                    self.holdall_waiting += 1
+                    if self.holdall_waiting >= int(path.split("/")[2]):
+                        self.holdall_release.set()
             elif path.startswith("/bytes/"):
                 respond(sid, body=det_bytes(int(path.split("/")[2])))
             elif path == "/trailers":
@@ -2456,9 +2466,26 @@ class H2Origin(object):
             else:
                 respond(sid, body=echo_body(sid))
 
+        def release_holdalls():
+            # Streams held until enough wait over every connection: another connection's thread
+            # may release them, so each thread looks between reads.
+            if holdalls and self.holdall_release.is_set():
+                for h in holdalls:
+                    if h in open_now:
+                        respond(h, body=echo_body(h))
+                del holdalls[:]
+
         try:
             sock.sendall(conn.data_to_send())
             while not self.stopping:
+                # Wake up now and then (without a socket timeout, which would also bound sends).
+                pending = sock.pending() if hasattr(sock, "pending") else 0
+                if not pending and not select.select([sock], [], [], 0.02)[0]:
+                    release_holdalls()
+                    out = conn.data_to_send()
+                    if out:
+                        sock.sendall(out)
+                    continue
                 data = sock.recv(65536)
                 if not data:
                     break
@@ -2495,6 +2522,7 @@ class H2Origin(object):
                             finish_send(sid)
                     elif isinstance(ev, h2.events.ConnectionTerminated):
                         self.stopping_conn = True
+                release_holdalls()
                 if goaway_after[0] is not None:
                     conn.close_connection(last_stream_id=goaway_after[0])
                     goaway_after[0] = None

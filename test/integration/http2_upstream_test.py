@@ -124,7 +124,8 @@ class Http2UpstreamTest(IntegrationTestCase):
         proxy = self.start_proxy([h2_cluster("h2", origin.port,
                                              http2_options={"max_concurrent_streams": 2})])
         c = self.h2()
-        sids = [c.request("/hold/2") for _ in range(6)]
+        # Answered only once all six wait at the origin: two streams per connection need three.
+        sids = [c.request("/holdall/6") for _ in range(6)]
         conns = set()
         for sid in sids:
             r = c.response(sid)
