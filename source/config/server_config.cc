@@ -107,6 +107,11 @@ class Builder {
   void Error(const std::string& path, const std::string& what) {
     errors_->push_back(absl::StrCat(options_.source, ": ", path, ": ", what));
   }
+  // Messages that already start with their field path ("path: what"), from the helpers that
+  // report into a vector of their own.
+  void ErrorLines(const std::vector<std::string>& lines) {
+    for (const auto& e : lines) errors_->push_back(absl::StrCat(options_.source, ": ", e));
+  }
 
   bool Address(const envoy::config::core::v3::Address& a, const std::string& path,
                SocketAddress* out) {
@@ -946,7 +951,7 @@ bool Builder::BuildHttp(const HttpConnectionManager& hcm, const std::string& pat
       http->local_reply =
           BuildLocalReply(hcm.local_reply_config(), path + ".local_reply_config", &log_errors);
     }
-    for (const auto& e : log_errors) errors_->push_back(absl::StrCat(options_.source, ": ", e));
+    ErrorLines(log_errors);
   }
   if (hcm.has_rds()) {
     const auto& rds = hcm.rds();
@@ -1414,7 +1419,7 @@ bool Builder::UpstreamTransport(const envoy::config::core::v3::TransportSocket& 
   std::vector<std::string> tls_errors;
   SecretSources secrets{&options_.secrets, &options_.sds_secrets, &info->sds_secrets};
   if (!UpstreamTlsOptions(ctx, path + ".typed_config", &secrets, &o, &out->sni, &tls_errors)) {
-    for (const auto& e : tls_errors) errors_->push_back(absl::StrCat(options_.source, ": ", e));
+    ErrorLines(tls_errors);
     return false;
   }
   if (secrets.fetch_timeout_ms &&
@@ -1464,7 +1469,7 @@ bool Builder::DownstreamTransport(const envoy::config::core::v3::TransportSocket
   bool missing = false;
   chain->tls = BuildDownstreamTls(*chain, options_, &chain->sds_secrets, &missing, &tls_errors,
                                   &chain->sds_fetch_timeout_ms);
-  for (const auto& e : tls_errors) errors_->push_back(absl::StrCat(options_.source, ": ", e));
+  ErrorLines(tls_errors);
   return tls_errors.empty();
 }
 
@@ -1808,11 +1813,7 @@ bool XdsStreamTls(const envoy::config::bootstrap::v3::Bootstrap::StaticResources
     ReadDataSource(cert.certificate_chain(), cp + ".certificate_chain", &out->cert_pem, &errors);
     ReadDataSource(cert.private_key(), cp + ".private_key", &out->key_pem, &errors);
   }
-  for (const std::string& e : errors) {
-    size_t colon = e.find(": ");
-    b->Error(colon == std::string::npos ? path : e.substr(0, colon),
-             colon == std::string::npos ? e : e.substr(colon + 2));
-  }
+  b->ErrorLines(errors);
   return errors.empty();
 }
 

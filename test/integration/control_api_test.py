@@ -54,6 +54,8 @@ class ControlApiTest(IntegrationTestCase):
         boot = xds_bootstrap(self.xds.port, node_id=node_id, lds=False, cds=True,
                              listeners=[rds_listener("main", port, "r")])
         boot["node"]["cluster"] = group
+        if node_id == "node-a":
+            boot["node"]["metadata"] = {"ring": "0"}
         proxy = self.start_rpx(boot, concurrency=1)
         self.nodes[node_id] = (proxy, port, boot)
         return proxy
@@ -191,6 +193,10 @@ class ControlApiTest(IntegrationTestCase):
         self.assertRegex(cp.stdout, r"\n-\s+inline_string: v2\n\+\s+inline_string: v1\n")
         cp = self.ctl("rollback", "42", expect=1)
         self.assertIn("version 42 is not kept", cp.stderr)
+        # Any kept version can be read back.
+        out = self.ctl("get", "routes", "r", "--version", "2").stdout
+        self.assertTrue(out.startswith("# version 2\n"), out)
+        self.assertRegex(out, r'inline_string: "?v2"?\n')
 
     def test_a_canary_group_gets_a_change_while_the_others_keep_theirs(self):
         f = self.write("v2.yaml", resource_file(routes=[routes_answering("v2")]))
@@ -214,6 +220,15 @@ class ControlApiTest(IntegrationTestCase):
         for node_id in self.nodes:
             self.assertEqual(self.body(node_id), "v2")
         self.assertIn("serving: all: 3\n", self.ctl("history").stdout)
+        # A group by node metadata: node-a alone carries ring=0.
+        self.assertIn("running on 1 node(s)", self.ctl(
+            "apply", "-f", self.write("v4.yaml", resource_file(routes=[routes_answering("v4")])),
+            "--to-metadata", "ring=0", "--wait=20").stdout)
+        self.assertIn("serving: all: 3, metadata.ring=0: 4\n", self.ctl("history").stdout)
+        self.assertEqual(self.body("node-a"), "v4")
+        self.assertEqual(self.body("node-b"), "v2")
+        self.assertEqual(self.body("node-c"), "v2")
+        self.assertEqual(self.status()["node-a"]["metadata"], {"ring": "0"})
 
     def test_a_restarted_node_resyncs_and_reappears_in_status(self):
         proxy, port, boot = self.nodes["node-b"]

@@ -423,10 +423,6 @@ AdsService::AdsService(LogFn log, Fleet* fleet) : log_(std::move(log)), fleet_(f
 
 AdsService::~AdsService() { Shutdown(); }
 
-void AdsService::SetSnapshot(std::shared_ptr<const Snapshot> snapshot) {
-  SetSelector([snapshot](const NodeInfo&) { return snapshot; });
-}
-
 void AdsService::SetSelector(Selector selector) {
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -3,9 +3,9 @@
 //
 // Threads: gRPC's sync API runs each stream's handler on a gRPC thread. Each stream also has a
 // reader thread that only calls Read() and queues requests; the handler thread alone decides and
-// Write()s, woken by a new request, a new snapshot (SetSnapshot, from any thread) or Shutdown().
-// So per-stream protocol state needs no lock, and Read and Write never race.
-// Every event is one line to the LogFn (see DESIGN in ads_service.cc for the formats).
+// Write()s, woken by a new request, a change of what it is served (Notify, from any thread) or
+// Shutdown(). So per-stream protocol state needs no lock, and Read and Write never race. Every
+// event is one line to the LogFn (see DESIGN in ads_service.cc for the formats).
 #pragma once
 
 #include <chrono>
@@ -40,10 +40,8 @@ class AdsService final : public envoy::service::discovery::v3::AggregatedDiscove
   explicit AdsService(LogFn log, Fleet* fleet = nullptr);
   ~AdsService() override;
 
-  // Serves `snapshot` to every node and wakes every stream to push what changed for it. Streams
-  // that subscribe before the first snapshot get their first response when it arrives.
-  void SetSnapshot(std::shared_ptr<const Snapshot> snapshot);
-  // Serves each node what `selector` picks for it, and wakes every stream.
+  // Serves each node what `selector` picks for it, and wakes every stream. Streams that
+  // subscribe before the first snapshot get their first response when it arrives.
   void SetSelector(Selector selector);
   // Wakes every stream to ask the selector again (after the snapshots it picks from changed).
   void Notify();

@@ -24,7 +24,6 @@ namespace {
 using envoy::config::route::v3::RouteConfiguration;
 using envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager;
 
-constexpr const char* kPlural[] = {"clusters", "endpoints", "listeners", "routes", "secrets"};
 // The names rpx's config manager gives each type in its messages ("Cluster 'x': ...").
 constexpr const char* kKind[] = {"Cluster", "ClusterLoadAssignment", "Listener",
                                  "RouteConfiguration", "Secret"};
@@ -195,21 +194,9 @@ bool Resolves(const Snapshot& s, const Reference& ref, const CheckOptions& optio
 
 }  // namespace
 
-const char* PluralTypeName(ResourceType type) { return kPlural[static_cast<int>(type)]; }
-
-bool ParsePluralTypeName(const std::string& name, ResourceType* type) {
-  for (ResourceType t : kAllResourceTypes) {
-    if (name == kPlural[static_cast<int>(t)]) {
-      *type = t;
-      return true;
-    }
-  }
-  return false;
-}
-
 Problem ParseProblem(ResourceType type, const std::string& name, const std::string& message) {
   Problem p;
-  p.resource = absl::StrCat(kPlural[static_cast<int>(type)], "/", name);
+  p.resource = absl::StrCat(PluralTypeName(type), "/", name);
   p.message = message;
   std::string rest = message;
   std::string path = ResourcePath(type, name);
@@ -271,7 +258,7 @@ std::vector<Problem> CheckSnapshot(const Snapshot& proposed, const Snapshot* bas
       continue;
     }
     Problem p;
-    p.resource = absl::StrCat(kPlural[static_cast<int>(ref.from_type)], "/", ref.from_name);
+    p.resource = absl::StrCat(PluralTypeName(ref.from_type), "/", ref.from_name);
     p.field = ref.field;
     p.reason =
         absl::StrCat(ref.to_type == ResourceType::kCluster ? "cluster '" : "route configuration '",

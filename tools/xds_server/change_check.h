@@ -27,10 +27,6 @@ struct Problem {
   std::string message;  // the whole line, as rpx would put it in a NACK
 };
 
-// "listeners", "routes", "clusters", "endpoints", "secrets" (ResourceFile's field names).
-const char* PluralTypeName(ResourceType type);
-bool ParsePluralTypeName(const std::string& name, ResourceType* type);
-
 // Problems of `proposed`: resources that differ from `base` (every resource when `base` is null)
 // are checked one by one; references are checked over the whole snapshot, but one that was
 // already broken in `base` is not reported again (a change is judged on what it breaks).

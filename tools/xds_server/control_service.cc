@@ -9,16 +9,6 @@ namespace {
 
 namespace pb = rpx::control::v1;
 
-Target FromProto(const pb::Target& t) {
-  return Target{t.node_cluster(), t.metadata_key(), t.metadata_value()};
-}
-
-void ToProto(const Target& t, pb::Target* out) {
-  out->set_node_cluster(t.node_cluster);
-  out->set_metadata_key(t.metadata_key);
-  out->set_metadata_value(t.metadata_value);
-}
-
 std::string CheckTarget(const pb::Target& t) {
   if (!t.node_cluster().empty() && !t.metadata_key().empty()) {
     return "target: give node_cluster or metadata_key, not both";
@@ -61,7 +51,7 @@ grpc::Status ControlService::RunChange(ChangeRequest change, const pb::ChangeOpt
   if (!bad_target.empty()) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, bad_target);
   change.author = options.author();
   change.description = options.description();
-  change.target = FromProto(options.target());
+  change.target = TargetFromProto(options.target());
   change.dry_run = options.dry_run();
   change.with_diff = options.with_diff();
   ChangeResult result = store_->Change(change);
@@ -146,7 +136,7 @@ grpc::Status ControlService::GetSnapshot(grpc::ServerContext*,
   uint64_t version = request->version();
   std::shared_ptr<const Snapshot> snapshot;
   if (version == 0) {
-    snapshot = store_->ForTarget(FromProto(request->target()), &version);
+    snapshot = store_->ForTarget(TargetFromProto(request->target()), &version);
   } else {
     snapshot = store_->Get(version);
     if (!snapshot) {
@@ -182,7 +172,7 @@ grpc::Status ControlService::ListVersions(grpc::ServerContext*, const pb::ListVe
     v->set_author(r.author);
     v->set_description(r.description);
     v->set_created_ms(r.created_ms);
-    ToProto(r.target, v->mutable_target());
+    *v->mutable_target() = TargetToProto(r.target);
     v->set_origin(r.origin);
     v->set_added(r.added);
     v->set_changed(r.changed);
@@ -190,7 +180,7 @@ grpc::Status ControlService::ListVersions(grpc::ServerContext*, const pb::ListVe
   }
   for (const auto& [target, version] : store_->Assignments()) {
     pb::Assignment* a = response->add_assignments();
-    ToProto(target, a->mutable_target());
+    *a->mutable_target() = TargetToProto(target);
     a->set_version(version);
   }
   return grpc::Status::OK;
@@ -204,7 +194,7 @@ grpc::Status ControlService::Diff(grpc::ServerContext*, const pb::DiffRequest* r
     ChangeRequest change;
     change.kind = ChangeRequest::Kind::kApply;
     change.upserts = request->proposed();
-    change.target = FromProto(request->target());
+    change.target = TargetFromProto(request->target());
     change.dry_run = true;
     change.with_diff = true;
     ChangeResult result = store_->Change(change);

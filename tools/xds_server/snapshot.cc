@@ -174,6 +174,18 @@ const std::string& TypeUrl(ResourceType type) {
 
 const char* ShortTypeName(ResourceType type) { return kShortNames[static_cast<int>(type)]; }
 
+const char* PluralTypeName(ResourceType type) { return kPluralNames[static_cast<int>(type)]; }
+
+bool ParsePluralTypeName(const std::string& name, ResourceType* type) {
+  for (ResourceType t : kAllResourceTypes) {
+    if (name == kPluralNames[static_cast<int>(t)]) {
+      *type = t;
+      return true;
+    }
+  }
+  return false;
+}
+
 bool ParseTypeUrl(const std::string& type_url, ResourceType* type) {
   for (ResourceType t : kAllResourceTypes) {
     if (TypeUrl(t) == type_url) {

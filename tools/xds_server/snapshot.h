@@ -39,6 +39,9 @@ constexpr std::array<ResourceType, kNumResourceTypes> kAllResourceTypes = {
 const std::string& TypeUrl(ResourceType type);
 // "LDS", "RDS", "CDS", "EDS", "SDS".
 const char* ShortTypeName(ResourceType type);
+// "listeners", "routes", "clusters", "endpoints", "secrets" (ResourceFile's field names).
+const char* PluralTypeName(ResourceType type);
+bool ParsePluralTypeName(const std::string& name, ResourceType* type);
 // False for a type URL this server does not serve.
 bool ParseTypeUrl(const std::string& type_url, ResourceType* type);
 // Listener and Cluster: SotW responses carry the full set, and wildcard subscriptions exist.

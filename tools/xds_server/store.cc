@@ -50,18 +50,6 @@ bool ReadFile(const std::string& path, std::string* out) {
   return true;
 }
 
-rpx::control::v1::Target ToProto(const Target& t) {
-  rpx::control::v1::Target p;
-  p.set_node_cluster(t.node_cluster);
-  p.set_metadata_key(t.metadata_key);
-  p.set_metadata_value(t.metadata_value);
-  return p;
-}
-
-Target FromProto(const rpx::control::v1::Target& p) {
-  return Target{p.node_cluster(), p.metadata_key(), p.metadata_value()};
-}
-
 rpx::tools::v1::ResourceFile ToResourceFile(const Snapshot& s) {
   rpx::tools::v1::ResourceFile out;
   for (ResourceType t : kAllResourceTypes) {
@@ -122,6 +110,18 @@ std::string FileHeader(uint64_t version) {
 }
 
 }  // namespace
+
+rpx::control::v1::Target TargetToProto(const Target& t) {
+  rpx::control::v1::Target p;
+  p.set_node_cluster(t.node_cluster);
+  p.set_metadata_key(t.metadata_key);
+  p.set_metadata_value(t.metadata_value);
+  return p;
+}
+
+Target TargetFromProto(const rpx::control::v1::Target& p) {
+  return Target{p.node_cluster(), p.metadata_key(), p.metadata_value()};
+}
 
 bool Target::Matches(const NodeInfo& node) const {
   if (all()) return true;
@@ -197,7 +197,7 @@ VersionRecord FromStored(const rpx::control::v1::StoredVersion& stored) {
   r.description = info.description();
   r.origin = info.origin();
   r.created_ms = info.created_ms();
-  r.target = FromProto(info.target());
+  r.target = TargetFromProto(info.target());
   r.added = info.added();
   r.changed = info.changed();
   r.removed = info.removed();
@@ -213,7 +213,7 @@ rpx::control::v1::StoredVersion ToStored(const VersionRecord& record) {
   info->set_author(record.author);
   info->set_description(record.description);
   info->set_created_ms(record.created_ms);
-  *info->mutable_target() = ToProto(record.target);
+  *info->mutable_target() = TargetToProto(record.target);
   info->set_origin(record.origin);
   info->set_added(record.added);
   info->set_changed(record.changed);
@@ -228,7 +228,7 @@ rpx::control::v1::StoredState ToState(uint64_t default_version,
   state.add_assignments()->set_version(default_version);
   for (const auto& [target, version] : targeted) {
     auto* a = state.add_assignments();
-    *a->mutable_target() = ToProto(target);
+    *a->mutable_target() = TargetToProto(target);
     a->set_version(version);
   }
   return state;
@@ -321,7 +321,7 @@ bool Store::ApplyStoredLocked(const StoredData& data, bool full,
     std::vector<std::pair<Target, uint64_t>> targeted;
     for (const auto& a : data.state.assignments()) {
       if (!history_.count(a.version())) continue;
-      Target t = FromProto(a.target());
+      Target t = TargetFromProto(a.target());
       if (t.all()) {
         default_version = a.version();
       } else {

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "envoy/config/route/v3/route_components.pb.h"
+#include "rpx/control/v1/control.pb.h"
 #include "rpx/tools/v1/resource_file.pb.h"
 #include "tools/xds_server/change_check.h"
 #include "tools/xds_server/snapshot.h"
@@ -53,6 +54,9 @@ struct Target {
            metadata_value == o.metadata_value;
   }
 };
+
+rpx::control::v1::Target TargetToProto(const Target& target);
+Target TargetFromProto(const rpx::control::v1::Target& proto);
 
 struct VersionRecord {
   uint64_t version = 0;

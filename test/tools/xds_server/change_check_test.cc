@@ -108,16 +108,6 @@ TEST(ParseProblemTest, SplitsResourceFieldAndReason) {
   EXPECT_EQ(p.reason, "cannot decode");
 }
 
-TEST(TypeNamesTest, PluralNamesRoundTrip) {
-  for (ResourceType t : kAllResourceTypes) {
-    ResourceType back;
-    ASSERT_TRUE(ParsePluralTypeName(PluralTypeName(t), &back));
-    EXPECT_EQ(back, t);
-  }
-  ResourceType unused;
-  EXPECT_FALSE(ParsePluralTypeName("vhosts", &unused));
-}
-
 }  // namespace
 }  // namespace xds_server
 }  // namespace rpx

@@ -139,6 +139,16 @@ TEST(SnapshotTest, ResourceVersionIsFnv1a) {
   EXPECT_EQ(ResourceVersion("a"), "af63dc4c8601ec8c");
 }
 
+TEST(TypeNamesTest, PluralNamesRoundTrip) {
+  for (ResourceType t : kAllResourceTypes) {
+    ResourceType back;
+    ASSERT_TRUE(ParsePluralTypeName(PluralTypeName(t), &back));
+    EXPECT_EQ(back, t);
+  }
+  ResourceType unused;
+  EXPECT_FALSE(ParsePluralTypeName("vhosts", &unused));
+}
+
 }  // namespace
 }  // namespace xds_server
 }  // namespace rpx
