@@ -19,6 +19,7 @@
 #include "envoy/extensions/filters/http/router/v3/router.pb.h"
 #include "envoy/extensions/filters/network/connection_limit/v3/connection_limit.pb.h"
 #include "envoy/extensions/filters/network/http_connection_manager/v3/http_connection_manager.pb.h"
+#include "envoy/extensions/filters/network/tcp_proxy/v3/tcp_proxy.pb.h"
 #include "envoy/extensions/network/dns_resolver/cares/v3/cares_dns_resolver.pb.h"
 #include "envoy/extensions/upstreams/http/v3/http_protocol_options.pb.h"
 #include "source/config/access_log_config.h"
@@ -48,6 +49,10 @@ constexpr char kRouterType[] = "envoy.extensions.filters.http.router.v3.Router";
 constexpr char kUpstreamHttpOptions[] = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions";
 constexpr char kTlsInspectorType[] =
     "envoy.extensions.filters.listener.tls_inspector.v3.TlsInspector";
+constexpr char kOriginalDstType[] = "envoy.extensions.filters.listener.original_dst.v3.OriginalDst";
+constexpr char kHttpInspectorType[] =
+    "envoy.extensions.filters.listener.http_inspector.v3.HttpInspector";
+constexpr char kTcpProxyType[] = "envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy";
 constexpr char kDownstreamTlsType[] =
     "envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext";
 constexpr char kUpstreamTlsType[] = "envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext";
@@ -234,6 +239,9 @@ class Builder {
                          const std::string& path, Http2Options* out);
   bool BuildHttp(const HttpConnectionManager& hcm, const std::string& path, uint32_t buffer_limit,
                  FilterChainConfig* lc);
+  std::shared_ptr<const TcpProxyConfig> BuildTcpProxy(
+      const envoy::extensions::filters::network::tcp_proxy::v3::TcpProxy& t,
+      const std::string& path);
   std::shared_ptr<const FilterChainConfig> BuildChain(const FilterChain& chain,
                                                       const std::string& cp,
                                                       const ListenerConfig& lc);
@@ -304,10 +312,49 @@ void Builder::BuildCluster(const Cluster& c, const std::string& path, ServerConf
       }
       break;
     }
+    case Cluster::ORIGINAL_DST: {
+      ClusterInfo::OriginalDst od;
+      if (c.lb_policy() != Cluster::CLUSTER_PROVIDED) {
+        Error(path + ".lb_policy",
+              absl::StrCat("an ORIGINAL_DST cluster needs lb_policy CLUSTER_PROVIDED, not ",
+                           Cluster::LbPolicy_Name(c.lb_policy())));
+      }
+      if (c.has_load_assignment() && c.load_assignment().endpoints_size() > 0) {
+        Error(path + ".load_assignment",
+              "an ORIGINAL_DST cluster has no endpoints (each connection goes to its original "
+              "destination)");
+      }
+      if (c.health_checks_size() > 0) {
+        Error(path + ".health_checks", "an ORIGINAL_DST cluster has no hosts to health check");
+      }
+      if (c.has_original_dst_lb_config()) {
+        const auto& o = c.original_dst_lb_config();
+        od.use_http_header = o.use_http_header();
+        if (!o.http_header_name().empty()) {
+          od.http_header_name = absl::AsciiStrToLower(o.http_header_name());
+        }
+        if (o.has_upstream_port_override()) {
+          uint32_t port = o.upstream_port_override().value();
+          if (port == 0 || port > 65535) {
+            Error(path + ".original_dst_lb_config.upstream_port_override",
+                  "must be within [1, 65535]");
+          }
+          od.port_override = port;
+        }
+      }
+      PositiveMs(c.has_cleanup_interval(), c.cleanup_interval(), path + ".cleanup_interval", false,
+                 &od.cleanup_interval_ms);
+      info->original_dst = od;
+      break;
+    }
     default:
       Error(path + ".type",
             absl::StrCat("cluster type ", Cluster::DiscoveryType_Name(c.type()),
-                         " is not supported (STATIC, STRICT_DNS, LOGICAL_DNS and EDS are)"));
+                         " is not supported (STATIC, STRICT_DNS, LOGICAL_DNS, EDS and "
+                         "ORIGINAL_DST are)"));
+  }
+  if (c.has_original_dst_lb_config() && c.type() != Cluster::ORIGINAL_DST) {
+    Error(path + ".original_dst_lb_config", "needs type ORIGINAL_DST");
   }
   switch (c.lb_policy()) {
     case Cluster::ROUND_ROBIN:
@@ -325,11 +372,16 @@ void Builder::BuildCluster(const Cluster& c, const std::string& path, ServerConf
     case Cluster::MAGLEV:
       info->lb_policy = LbPolicy::kMaglev;
       break;
+    case Cluster::CLUSTER_PROVIDED:
+      if (c.type() != Cluster::ORIGINAL_DST) {
+        Error(path + ".lb_policy", "CLUSTER_PROVIDED is for ORIGINAL_DST clusters only");
+      }
+      break;
     default:
       Error(path + ".lb_policy",
             absl::StrCat("lb_policy ", Cluster::LbPolicy_Name(c.lb_policy()),
-                         " is not supported (ROUND_ROBIN, LEAST_REQUEST, RANDOM, RING_HASH and "
-                         "MAGLEV are)"));
+                         " is not supported (ROUND_ROBIN, LEAST_REQUEST, RANDOM, RING_HASH, "
+                         "MAGLEV and, for ORIGINAL_DST clusters, CLUSTER_PROVIDED are)"));
   }
   if (c.has_ring_hash_lb_config()) {
     const auto& r = c.ring_hash_lb_config();
@@ -1024,15 +1076,28 @@ void Builder::BuildListener(const Listener& l, const std::string& path, ServerCo
   for (int i = 0; i < l.listener_filters_size(); ++i) {
     const auto& f = l.listener_filters(i);
     std::string fp = absl::StrCat(path, ".listener_filters[", i, "]");
-    bool inspector = f.has_typed_config()
-                         ? f.typed_config().type_url().find(kTlsInspectorType) != std::string::npos
-                         : f.name() == "envoy.filters.listener.tls_inspector";
-    if (!inspector) {
+    // By the typed_config's type, or (without one) by Envoy's well-known filter name.
+    auto is = [&f](const char* type, const char* name) {
+      return f.has_typed_config() ? f.typed_config().type_url().find(type) != std::string::npos
+                                  : f.name() == name;
+    };
+    if (is(kTlsInspectorType, "envoy.filters.listener.tls_inspector")) {
+      lc->inspect_tls = true;
+    } else if (is(kHttpInspectorType, "envoy.filters.listener.http_inspector")) {
+      lc->inspect_http = true;
+    } else if (is(kOriginalDstType, "envoy.filters.listener.original_dst")) {
+      lc->original_dst = true;
+    } else {
       Error(fp, absl::StrCat("listener filter '", f.name(),
-                             "' is not supported (only envoy.filters.listener.tls_inspector is)"));
-      continue;
+                             "' is not supported (envoy.filters.listener.tls_inspector, "
+                             "http_inspector and original_dst are)"));
     }
-    lc->inspect_tls = true;
+  }
+  lc->use_original_dst = l.has_use_original_dst() && l.use_original_dst().value();
+  lc->bind_to_port = !l.has_bind_to_port() || l.bind_to_port().value();
+  if (lc->use_original_dst && !lc->bind_to_port) {
+    Error(path + ".use_original_dst",
+          "a listener without a socket (bind_to_port: false) receives no connection to hand on");
   }
   if (l.has_listener_filters_timeout()) {
     lc->listener_filters_timeout_ms = Ms(l.listener_filters_timeout());
@@ -1473,6 +1538,67 @@ bool Builder::DownstreamTransport(const envoy::config::core::v3::TransportSocket
   return tls_errors.empty();
 }
 
+std::shared_ptr<const TcpProxyConfig> Builder::BuildTcpProxy(
+    const envoy::extensions::filters::network::tcp_proxy::v3::TcpProxy& t,
+    const std::string& path) {
+  size_t before = errors_->size();
+  auto tc = std::make_shared<TcpProxyConfig>();
+  tc->stat_prefix = t.stat_prefix();
+  if (t.stat_prefix().empty()) Error(path + ".stat_prefix", "is required");
+  using TcpProxy = envoy::extensions::filters::network::tcp_proxy::v3::TcpProxy;
+  switch (t.cluster_specifier_case()) {
+    case TcpProxy::kCluster:
+      if (t.cluster().empty()) Error(path + ".cluster", "must name a cluster");
+      tc->clusters.push_back({t.cluster(), 1});
+      tc->total_weight = 1;
+      break;
+    case TcpProxy::kWeightedClusters: {
+      const auto& w = t.weighted_clusters();
+      if (w.clusters_size() == 0) {
+        Error(path + ".weighted_clusters.clusters", "at least one cluster is required");
+      }
+      for (int i = 0; i < w.clusters_size(); ++i) {
+        std::string wp = absl::StrCat(path, ".weighted_clusters.clusters[", i, "]");
+        if (w.clusters(i).name().empty()) Error(wp + ".name", "is required");
+        if (w.clusters(i).weight() < 1) Error(wp + ".weight", "must be at least 1");
+        tc->clusters.push_back({w.clusters(i).name(), w.clusters(i).weight()});
+        tc->total_weight += w.clusters(i).weight();
+      }
+      break;
+    }
+    default:
+      Error(path, "cluster or weighted_clusters is required");
+  }
+  if (t.has_idle_timeout()) tc->idle_timeout_ms = Ms(t.idle_timeout());
+  if (t.has_max_connect_attempts()) {
+    if (t.max_connect_attempts().value() < 1) {
+      Error(path + ".max_connect_attempts", "must be at least 1");
+    }
+    tc->max_connect_attempts = t.max_connect_attempts().value();
+  }
+  PositiveMs(t.has_max_downstream_connection_duration(), t.max_downstream_connection_duration(),
+             path + ".max_downstream_connection_duration", false,
+             &tc->max_downstream_connection_duration_ms);
+  tc->flush_access_log_on_connected = t.has_access_log_options()
+                                          ? t.access_log_options().flush_access_log_on_connected()
+                                          : t.flush_access_log_on_connected();
+  if (t.has_access_log_options() && t.access_log_options().has_access_log_flush_interval()) {
+    Error(path + ".access_log_options.access_log_flush_interval",
+          "periodic access logs are not supported (rpx logs when the connection ends)");
+  }
+  {
+    HttpConfig scratch;  // the access-log builder fills an HTTP config; only its logs are kept
+    std::vector<std::string> log_errors;
+    BuildAccessLogs(t.access_log(), path, options_.log_files, &scratch, &log_errors);
+    ErrorLines(log_errors);
+    tc->access_logs = std::move(scratch.access_logs);
+  }
+  if (errors_->size() != before) return nullptr;
+  tc->stats_slots = std::max<uint32_t>(1, options_.stats_slots);
+  tc->stats.reset(new TcpProxyStats[tc->stats_slots]);
+  return tc;
+}
+
 std::shared_ptr<const FilterChainConfig> Builder::BuildChain(const FilterChain& chain,
                                                              const std::string& cp,
                                                              const ListenerConfig& lc) {
@@ -1481,18 +1607,18 @@ std::shared_ptr<const FilterChainConfig> Builder::BuildChain(const FilterChain& 
   fc->name = chain.name().empty() ? cp : chain.name();
   BuildMatch(chain.filter_chain_match(), cp + ".filter_chain_match", &fc->match);
   if (chain.filters_size() == 0) {
-    Error(cp + ".filters", "the http_connection_manager filter is required");
+    Error(cp + ".filters", "an http_connection_manager or tcp_proxy filter is required");
     return nullptr;
   }
-  // Network filters before the HTTP connection manager: only connection_limit, at most once.
+  // Network filters before the terminal one: only connection_limit, at most once.
   for (int i = 0; i + 1 < chain.filters_size(); ++i) {
     const auto& f = chain.filters(i);
     std::string fp = absl::StrCat(cp, ".filters[", i, "]");
     if (!f.has_typed_config() ||
         f.typed_config().type_url().find(kConnectionLimitType) == std::string::npos) {
       Error(fp, absl::StrCat("network filter '", f.name(),
-                             "' is not supported here (before the http_connection_manager only "
-                             "envoy.filters.network.connection_limit is)"));
+                             "' is not supported here (before the http_connection_manager or "
+                             "tcp_proxy only envoy.filters.network.connection_limit is)"));
       return nullptr;
     }
     ConnectionLimitProto cl;
@@ -1519,18 +1645,30 @@ std::shared_ptr<const FilterChainConfig> Builder::BuildChain(const FilterChain& 
   }
   const auto& f = chain.filters(chain.filters_size() - 1);
   std::string fp = absl::StrCat(cp, ".filters[", chain.filters_size() - 1, "]");
-  HttpConnectionManager hcm;
-  if (!f.has_typed_config() || f.typed_config().type_url().find(kHcmType) == std::string::npos) {
-    Error(fp, absl::StrCat("network filter '", f.name(),
-                           "' is not supported (only envoy.filters.network."
-                           "http_connection_manager with a typed_config is)"));
-    return nullptr;
+  bool http_ok = true;
+  if (f.has_typed_config() &&
+      f.typed_config().type_url().find(kTcpProxyType) != std::string::npos) {
+    envoy::extensions::filters::network::tcp_proxy::v3::TcpProxy tp;
+    if (!f.typed_config().UnpackTo(&tp)) {
+      Error(fp + ".typed_config", "cannot decode the TcpProxy");
+      return nullptr;
+    }
+    fc->tcp = BuildTcpProxy(tp, fp + ".typed_config");
+    http_ok = fc->tcp != nullptr;
+  } else {
+    HttpConnectionManager hcm;
+    if (!f.has_typed_config() || f.typed_config().type_url().find(kHcmType) == std::string::npos) {
+      Error(fp, absl::StrCat("network filter '", f.name(),
+                             "' is not supported (envoy.filters.network.http_connection_manager "
+                             "and envoy.filters.network.tcp_proxy, with a typed_config, are)"));
+      return nullptr;
+    }
+    if (!f.typed_config().UnpackTo(&hcm)) {
+      Error(fp + ".typed_config", "cannot decode the HttpConnectionManager");
+      return nullptr;
+    }
+    http_ok = BuildHttp(hcm, fp + ".typed_config", lc.buffer_limit, fc.get());
   }
-  if (!f.typed_config().UnpackTo(&hcm)) {
-    Error(fp + ".typed_config", "cannot decode the HttpConnectionManager");
-    return nullptr;
-  }
-  bool http_ok = BuildHttp(hcm, fp + ".typed_config", lc.buffer_limit, fc.get());
   // After the connection manager: its codec_type decides whether ALPN may pick h2.
   if (chain.has_transport_socket()) {
     DownstreamTransport(chain.transport_socket(), cp + ".transport_socket", fc.get());

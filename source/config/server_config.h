@@ -22,6 +22,7 @@
 #include "source/network/filter_chain_match.h"
 #include "source/network/socket_option.h"
 #include "source/router/route_table.h"
+#include "source/tcp_proxy/tcp_proxy.h"
 #include "source/tls/tls_context.h"
 #include "source/upstream/worker_cluster.h"
 
@@ -69,7 +70,10 @@ struct FilterChainConfig {
       tls_config;
   std::string tls_path;
   uint64_t handshake_timeout_ms = 0;  // transport_socket_connect_timeout; 0: none
+  // What serves the chain's connections: an HTTP connection manager (`http`) or a TCP proxy
+  // (`tcp`); exactly one is set.
   std::shared_ptr<const HttpConfig> http;
+  std::shared_ptr<const TcpProxyConfig> tcp;
   // Inline route_config, or the RDS route table once it has arrived (nullptr while warming).
   std::shared_ptr<const RouteTable> routes;
   std::string rds_name;           // non-empty: routes come from RDS under this name
@@ -116,6 +120,18 @@ struct ListenerConfig {
   // configured as a listener filter, or implied by a chain that matches on what it finds.
   bool inspect_tls = false;
   bool needs_local_address = false;  // a chain matches on the destination port or address
+  // envoy.filters.listener.http_inspector: a plaintext connection's first bytes say whether it
+  // is HTTP/1.x or h2c (application_protocols) before a chain is chosen.
+  bool inspect_http = false;
+  // envoy.filters.listener.original_dst: a redirected connection's original destination is its
+  // local address (chain matching, ORIGINAL_DST clusters, logs).
+  bool original_dst = false;
+  // use_original_dst: a connection whose original destination is another listener's address
+  // (exact, else the wildcard address with that port) is handed to that listener.
+  bool use_original_dst = false;
+  // bind_to_port false: no socket of its own; it takes only connections handed over by a
+  // use_original_dst listener (Envoy's virtual listeners).
+  bool bind_to_port = true;
   uint64_t listener_filters_timeout_ms = 15000;
   bool continue_on_listener_filters_timeout = false;
   std::shared_ptr<ListenerStatsBlock> stats;

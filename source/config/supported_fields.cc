@@ -210,6 +210,30 @@ const std::set<std::string>& Supported() {
       "envoy.config.listener.v3.Listener.listener_filters_timeout",
       "envoy.config.listener.v3.Listener.continue_on_listener_filters_timeout",
       "envoy.config.listener.v3.Listener.default_filter_chain",
+      "envoy.config.listener.v3.Listener.use_original_dst",
+      "envoy.config.listener.v3.Listener.bind_to_port",
+      "envoy.config.cluster.v3.Cluster.cleanup_interval",
+      "envoy.config.cluster.v3.Cluster.original_dst_lb_config",
+      "envoy.config.cluster.v3.Cluster.OriginalDstLbConfig.use_http_header",
+      "envoy.config.cluster.v3.Cluster.OriginalDstLbConfig.http_header_name",
+      "envoy.config.cluster.v3.Cluster.OriginalDstLbConfig.upstream_port_override",
+      "envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy.stat_prefix",
+      "envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy.cluster",
+      "envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy.weighted_clusters",
+      "envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy.WeightedCluster.clusters",
+      "envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy.WeightedCluster.ClusterWeight.name",
+      "envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy.WeightedCluster.ClusterWeight."
+      "weight",
+      "envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy.idle_timeout",
+      "envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy.access_log",
+      "envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy.max_connect_attempts",
+      "envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy.max_downstream_connection_duration",
+      "envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy.flush_access_log_on_connected",
+      "envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy.access_log_options",
+      "envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy.TcpAccessLogOptions."
+      "flush_access_log_on_connected",
+      "envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy.TcpAccessLogOptions."
+      "access_log_flush_interval",
       "envoy.config.listener.v3.ListenerFilter.name",
       "envoy.config.listener.v3.ListenerFilter.typed_config",
       "envoy.config.listener.v3.FilterChain.filters",
@@ -630,9 +654,7 @@ const std::set<std::string>& Supported() {
 // Fields a control plane may send that rpx can ignore without changing where requests go.
 const std::set<std::string>& Ignorable() {
   static const auto* s = new std::set<std::string>{
-      "envoy.config.listener.v3.Listener.bind_to_port",
       "envoy.extensions.filters.listener.tls_inspector.v3.TlsInspector.initial_read_buffer_size",
-      "envoy.config.cluster.v3.Cluster.cleanup_interval",
       "envoy.config.cluster.v3.Cluster.ignore_health_on_host_removal",
       "envoy.config.cluster.v3.CircuitBreakers.Thresholds.track_remaining",
       "envoy.config.cluster.v3.CircuitBreakers.Thresholds.max_connection_pools",

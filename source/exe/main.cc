@@ -50,6 +50,7 @@ void Usage(FILE* out) {
       "  -l, --log-level LEVEL    trace, debug, info, warning, error, critical, off\n"
       "  --service-node NAME      node id (overrides node.id)\n"
       "  --service-cluster NAME   node cluster (overrides node.cluster)\n"
+      "  --service-zone NAME      node zone (overrides node.locality.zone)\n"
       "  --drain-time-s N         seconds open connections may finish: a removed listener's,\n"
       "                           and everyone's on SIGTERM/SIGINT (5; 0: stop at once)\n"
       "  --drain-strategy S       on SIGTERM, ask connections to close gradually over the\n"
@@ -147,6 +148,8 @@ int main(int argc, char** argv) {
       options.service_node = next("--service-node");
     } else if (arg == "--service-cluster") {
       options.service_cluster = next("--service-cluster");
+    } else if (arg == "--service-zone") {
+      options.service_zone = next("--service-zone");
     } else if (arg == "--drain-time-s") {
       options.drain_time_ms =
           static_cast<uint64_t>(IntFlag("--drain-time-s", next("--drain-time-s"), 0, 86400)) * 1000;

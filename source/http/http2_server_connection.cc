@@ -59,6 +59,7 @@ class Http2ServerConnection::Stream : public ResponseEncoder, public DeferredDel
   bool peer_certificate_validated() const override;
   std::string remote_address() const override { return parent_.peer_.ToString(); }
   std::string local_address() const override;
+  SocketAddress local_socket_address() const override;
   std::string requested_server_name() const override;
   std::string tls_version() const override;
   std::string tls_cipher() const override;
@@ -1090,8 +1091,12 @@ FormatContext Http2ServerConnection::Stream::Context() const {
 std::string Http2ServerConnection::Stream::remote_ip() const { return parent_.peer_.Ip(); }
 
 std::string Http2ServerConnection::Stream::local_address() const {
-  SocketAddress a = SocketAddress::LocalOf(parent_.conn_->fd());
+  SocketAddress a = parent_.conn_->LocalAddress();
   return a.len ? a.ToString() : "";
+}
+
+SocketAddress Http2ServerConnection::Stream::local_socket_address() const {
+  return parent_.conn_->LocalAddress();
 }
 
 bool Http2ServerConnection::Stream::PeerCertificate(PeerCertificateInfo* out) const {

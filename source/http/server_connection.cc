@@ -133,9 +133,11 @@ std::string ServerConnection::remote_address() const {
 
 std::string ServerConnection::local_address() const {
   // Asked only by formats that print it; not kept, so an idle connection does not carry it.
-  SocketAddress a = SocketAddress::LocalOf(conn_->fd());
+  SocketAddress a = conn_->LocalAddress();
   return a.len ? a.ToString() : "";
 }
+
+SocketAddress ServerConnection::local_socket_address() const { return conn_->LocalAddress(); }
 
 std::string ServerConnection::requested_server_name() const {
   if (conn_->plaintext()) return "";

@@ -96,4 +96,65 @@ bool SocketAddress::operator==(const SocketAddress& o) const {
   return len == o.len && memcmp(&storage, &o.storage, len) == 0;
 }
 
+absl::StatusOr<SocketAddress> SocketAddress::ParseIpPort(std::string_view s) {
+  const std::string str(s);  // for messages
+  std::string_view ip, port;
+  if (!s.empty() && s.front() == '[') {
+    size_t close = s.find(']');
+    if (close == std::string_view::npos || close + 1 >= s.size() || s[close + 1] != ':') {
+      return absl::InvalidArgumentError(absl::StrCat("'", str, "' is not [ipv6]:port"));
+    }
+    ip = s.substr(1, close - 1);
+    port = s.substr(close + 2);
+  } else {
+    size_t colon = s.rfind(':');
+    if (colon == std::string_view::npos || s.find(':') != colon) {
+      return absl::InvalidArgumentError(absl::StrCat("'", str, "' is not ip:port"));
+    }
+    ip = s.substr(0, colon);
+    port = s.substr(colon + 1);
+  }
+  uint32_t p = 0;
+  if (port.empty() || port.size() > 5) {
+    return absl::InvalidArgumentError(absl::StrCat("'", str, "' has no valid port"));
+  }
+  for (char c : port) {
+    if (c < '0' || c > '9') {
+      return absl::InvalidArgumentError(absl::StrCat("'", str, "' has no valid port"));
+    }
+    p = p * 10 + static_cast<uint32_t>(c - '0');
+  }
+  if (p == 0 || p > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("'", str, "' has no valid port"));
+  }
+  return FromIpPort(std::string(ip), p);
+}
+
+SocketAddress SocketAddress::WithPort(uint16_t port) const {
+  SocketAddress a = *this;
+  if (family() == AF_INET) {
+    reinterpret_cast<sockaddr_in*>(&a.storage)->sin_port = htons(port);
+  } else if (family() == AF_INET6) {
+    reinterpret_cast<sockaddr_in6*>(&a.storage)->sin6_port = htons(port);
+  }
+  return a;
+}
+
+SocketAddress SocketAddress::AnyWithPort() const {
+  SocketAddress a;
+  if (family() == AF_INET) {
+    sockaddr_in in{};
+    in.sin_family = AF_INET;
+    in.sin_port = reinterpret_cast<const sockaddr_in*>(&storage)->sin_port;
+    return FromSockaddr(reinterpret_cast<const sockaddr*>(&in), sizeof(in));
+  }
+  if (family() == AF_INET6) {
+    sockaddr_in6 in6{};
+    in6.sin6_family = AF_INET6;
+    in6.sin6_port = reinterpret_cast<const sockaddr_in6*>(&storage)->sin6_port;
+    return FromSockaddr(reinterpret_cast<const sockaddr*>(&in6), sizeof(in6));
+  }
+  return a;
+}
+
 }  // namespace rpx

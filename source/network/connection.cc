@@ -59,6 +59,10 @@ Connection::Connection(Dispatcher& dispatcher, int fd, bool connecting, uint32_t
       handshake_wants_write_(false),
       handshake_timed_out_(false),
       connect_pending_(connecting),
+      half_close_(false),
+      read_ended_(false),
+      shutdown_pending_(false),
+      write_shut_(false),
       transport_(&RawTransport::Instance()),
       // Edge-triggered: DoRead reads until a short read (drained) or activates itself again.
       file_event_(dispatcher, fd, connecting ? FileEvent::kWrite : FileEvent::kRead, this,
@@ -259,7 +263,7 @@ void Connection::UpdateInterest() {
   } else if (handshaking_) {
     interest = handshake_wants_write_ ? FileEvent::kWrite : FileEvent::kRead;
   } else {
-    bool read = splice_source_ ? want_splice_read_ : !read_disabled_;
+    bool read = splice_source_ ? want_splice_read_ : !read_disabled_ && !read_ended_;
     if (read && state_ == State::kOpen) interest |= FileEvent::kRead;
     if (!write_buffer_.empty() || (splice_sink_ && want_splice_write_ && state_ == State::kOpen) ||
         (read && !plaintext_ && transport_->WantsWriteForRead())) {
@@ -370,6 +374,15 @@ void Connection::OnFileEvent(uint32_t events) {
   // Hang-up or error while reads are disabled: nothing above noticed it, and it is reported
   // whatever the interest (once, edge-triggered): close now.
   if ((events & FileEvent::kClosed) && state_ != State::kClosed) {
+    if (half_close_ && !read_ended_ && state_ == State::kOpen) {
+      // Both directions are shut (we ended ours, the peer its), but what the peer sent before
+      // its end may still wait unread behind a read pause: unless the socket failed, it is read
+      // when reading resumes, and the end of stream comes after it.
+      int err = 0;
+      socklen_t len = sizeof(err);
+      getsockopt(fd_, SOL_SOCKET, SO_ERROR, &err, &len);
+      if (err == 0) return;
+    }
     CloseNow(ConnectionEvent::kRemoteClose, true);
   }
 }
@@ -432,6 +445,14 @@ void Connection::DoRead(int32_t ahead) {
     }
     if (n == 0) {
       eof = true;
+      if (half_close_) {
+        // The peer ended its side; ours stays open. No more read interest: at end of stream
+        // the socket would report itself readable forever.
+        read_ended_ = true;
+        UpdateInterest();
+        if (callbacks_) callbacks_->OnReadEnd();
+        return;
+      }
     } else if (n != -EAGAIN && n != -EINTR) {
       eof = true;
     }
@@ -470,6 +491,12 @@ void Connection::DoWrite(bool try_send) {
   }
   if (write_buffer_.empty()) {
     write_buffer_.ReleaseIfEmpty();
+    if (shutdown_pending_ && state_ == State::kOpen) {
+      shutdown_pending_ = false;
+      write_shut_ = true;
+      if (!plaintext_) transport_->Shutdown(fd_);
+      ::shutdown(fd_, SHUT_WR);
+    }
     if (state_ == State::kClosingAfterFlush) {
       if (linger_after_flush_) {
         StartLinger();
@@ -507,6 +534,16 @@ void Connection::Release(std::unique_ptr<Connection> conn) {
   }
   // Owners are themselves freed outside event dispatch (deferred), so closing now is safe.
   conn.reset();
+}
+
+void Connection::ShutdownWrite() {
+  if (state_ != State::kOpen || write_shut_ || shutdown_pending_) return;
+  shutdown_pending_ = true;
+  if (write_buffer_.empty() && !handshaking_) {
+    DoWrite(/*try_send=*/false);
+  } else {
+    ScheduleWrite();
+  }
 }
 
 void Connection::StartLinger() {

@@ -30,6 +30,9 @@ class ConnectionCallbacks {
   // The write buffer crossed the high watermark (stop producing) / fell below the low one.
   virtual void OnAboveWriteHighWatermark() {}
   virtual void OnBelowWriteLowWatermark() {}
+  // Half-close (Connection::EnableHalfClose): the peer ended its sending side; everything it sent
+  // has been through OnData. The connection stays open for writing.
+  virtual void OnReadEnd() {}
 };
 
 // Reads and writes bytes for a connection. Returns bytes moved, 0 on EOF (read), or -errno.
@@ -164,6 +167,23 @@ class Connection : public DeferredDeletable, public Flushable {
   bool ReadAheadBuffer(char** buf, size_t* len);
   void OnReadAhead(ssize_t result);
 
+  // Half-close, for byte streams (TCP proxy): the peer's end of stream is reported through
+  // OnReadEnd instead of closing the connection, which can still write; ShutdownWrite ends our
+  // side once what is buffered is sent. The owner closes the connection when both sides ended.
+  void EnableHalfClose() { half_close_ = true; }
+  bool read_ended() const { return read_ended_; }
+  void ShutdownWrite();
+  bool write_shut() const { return write_shut_; }
+  // The connection's local address: the original destination when one was restored (a connection
+  // redirected to rpx, see original_dst.h), else its socket's own (getsockname).
+  void SetOriginalDestination(const SocketAddress& a) {
+    original_dst_ = std::make_unique<SocketAddress>(a);
+  }
+  SocketAddress LocalAddress() const {
+    return original_dst_ ? *original_dst_ : SocketAddress::LocalOf(fd_);
+  }
+  bool has_original_destination() const { return original_dst_ != nullptr; }
+
   // For an owner that goes away: a connection still flushing or lingering finishes that on its
   // own and then frees itself; any other is closed and freed now.
   static void Release(std::unique_ptr<Connection> conn);
@@ -202,7 +222,11 @@ class Connection : public DeferredDeletable, public Flushable {
   bool handshaking_ : 1;     // the transport's handshake is not done
   bool handshake_wants_write_ : 1;
   bool handshake_timed_out_ : 1;
-  bool connect_pending_ : 1;  // connecting: kConnected (or kConnectFailed) not raised yet
+  bool connect_pending_ : 1;   // connecting: kConnected (or kConnectFailed) not raised yet
+  bool half_close_ : 1;        // EnableHalfClose
+  bool read_ended_ : 1;        // half-close: the peer's end of stream was read
+  bool shutdown_pending_ : 1;  // ShutdownWrite once the write buffer is empty
+  bool write_shut_ : 1;        // our sending side is shut down
   ConnectionCallbacks* callbacks_ = nullptr;
   // RawTransport's shared instance (it has no state), or this connection's own (TLS).
   TransportSocket* transport_;
@@ -216,6 +240,7 @@ class Connection : public DeferredDeletable, public Flushable {
   // The linger's deadline, or before it the handshake's (they never overlap: a connection
   // lingers only once open, and one closed while handshaking closes at once).
   std::unique_ptr<Timer> linger_timer_;
+  std::unique_ptr<SocketAddress> original_dst_;  // restored original destination, if any
   Buffer read_buffer_;
   Buffer write_buffer_;
 };

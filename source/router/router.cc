@@ -295,8 +295,28 @@ void RouterStream::OnRequestHeaders(RequestHead& head, bool end_stream) {
     auto state = RetryState::Create(route_->retry.get(), head, HonourEnvoyHeaders());
     if (state) retries_ = std::make_unique<Retries>(this, std::move(state));
   }
-  if (!route_->hash_policies.empty()) has_hash_ = RequestHash(head, &hash_);
-  pool_ = cluster_->ChoosePool(router_.random().Next(), has_hash_ ? &hash_ : nullptr);
+  if (const auto& od = cluster_->info().original_dst) {
+    // ORIGINAL_DST: the request goes where the client's connection was going, or with
+    // use_http_header where the header says.
+    SocketAddress dst;
+    std::optional<std::string_view> v;
+    if (od->use_http_header) v = head.headers.Get(od->http_header_name);
+    if (v) {
+      auto a = SocketAddress::ParseIpPort(*v);
+      if (!a.ok()) {
+        LocalReply(503, absl::StrCat(od->http_header_name, ": ", a.status().message(), "\n"),
+                   kNoHealthyUpstream, "no_healthy_upstream");
+        return;
+      }
+      dst = *a;
+    } else {
+      dst = encoder_.local_socket_address();
+    }
+    pool_ = cluster_->PoolForOriginalDst(dst);
+  } else {
+    if (!route_->hash_policies.empty()) has_hash_ = RequestHash(head, &hash_);
+    pool_ = cluster_->ChoosePool(router_.random().Next(), has_hash_ ? &hash_ : nullptr);
+  }
   if (!pool_) {
     LocalReply(503, "no healthy upstream\n", kNoHealthyUpstream, "no_healthy_upstream");
     return;
@@ -333,6 +353,8 @@ ConnPool* RouterStream::SelectPool(RequestHead& head) {
       return std::find(r.tried.begin(), r.tried.end(), &c->host()) != r.tried.end();
     };
     // (A hashed request's retry is placed at random: its own host is the one that failed.)
+    // An original-destination request has one host: it is retried there.
+    if (cluster_->info().original_dst) return p;
     p = cluster_->ChoosePool(router_.random().Next());
     for (uint32_t i = 0;
          p && r.state->avoid_previous_hosts() && tried(p) && i < r.state->host_selection_attempts();

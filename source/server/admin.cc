@@ -623,7 +623,34 @@ std::vector<StatEntry> Admin::CollectStats(bool used_only) const {
   // and listeners that share a stat_prefix.
   std::vector<const HttpConfig*> https;
   for (const auto& l : config_.listeners) {
-    for (const auto& chain : l->chains) https.push_back(chain->http.get());
+    for (const auto& chain : l->chains) {
+      if (chain->http) https.push_back(chain->http.get());
+    }
+  }
+  // TCP proxy counters (tcp.<stat_prefix>.*), summed over workers and over the chains that share
+  // a stat_prefix.
+  for (const auto& l : config_.listeners) {
+    for (const auto& chain : l->chains) {
+      if (!chain->tcp) continue;
+      const TcpProxyConfig& t = *chain->tcp;
+      std::string p = absl::StrCat("tcp.", t.stat_prefix, ".");
+      scopes.emplace_back("tcp", t.stat_prefix);
+      auto add = [&](const char* name, uint64_t v) { out[p + name] += v; };
+      for (uint32_t i = 0; i < t.stats_slots; ++i) {
+        const TcpProxyStats& st = t.stats[i];
+        add("downstream_cx_total", st.downstream_cx_total.Value());
+        add("downstream_cx_no_route", st.downstream_cx_no_route.Value());
+        add("downstream_cx_rx_bytes_total", st.downstream_cx_rx_bytes_total.Value());
+        add("downstream_cx_tx_bytes_total", st.downstream_cx_tx_bytes_total.Value());
+        add("downstream_flow_control_paused_reading_total",
+            st.downstream_flow_control_paused_reading_total.Value());
+        add("downstream_flow_control_resumed_reading_total",
+            st.downstream_flow_control_resumed_reading_total.Value());
+        add("idle_timeout", st.idle_timeout.Value());
+        add("max_downstream_connection_duration", st.max_downstream_connection_duration.Value());
+        add("upstream_flush_total", st.upstream_flush_total.Value());
+      }
+    }
   }
   for (const HttpConfig* h : https) {
     std::string p = absl::StrCat("http.", h->stat_prefix, ".");

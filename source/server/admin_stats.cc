@@ -43,6 +43,7 @@ const char* ScopeTag(const std::string& kind) {
   if (kind == "http") return "envoy_http_conn_manager_prefix";
   if (kind == "listener") return "envoy_listener_address";
   if (kind == "connection_limit") return "envoy_connection_limit_prefix";
+  if (kind == "tcp") return "envoy_tcp_prefix";
   return nullptr;
 }
 

@@ -189,6 +189,10 @@ void ConfigManager::DnsStats(std::map<std::string, int64_t>* out) const {
 
 bool ConfigManager::OpenSockets(const ListenerConfig& l, std::vector<int>* fds, std::string* error,
                                 bool replacing) {
+  if (!l.bind_to_port) {
+    fds->clear();  // a virtual listener: connections come to it from use_original_dst ones
+    return true;
+  }
   auto r = OpenWorkerSockets(l.address, l.reuse_port, concurrency_, l.socket_options, replacing,
                              inherited_);
   if (!r.ok()) {
@@ -727,7 +731,8 @@ std::string ConfigManager::ApplyListeners(const XdsResourceMap& resources,
     b.config = cfg;
     // The sockets stay when the address and their options do; new options need new sockets.
     auto same_sockets = [&](const std::shared_ptr<const ListenerConfig>& prev) {
-      return prev && prev->address == cfg->address && prev->socket_options == cfg->socket_options;
+      return prev && prev->address == cfg->address && prev->socket_options == cfg->socket_options &&
+             prev->bind_to_port == cfg->bind_to_port;
     };
     if (o && !o->pending_fds.empty() && same_sockets(o->pending)) {
       b.reuse_pending_fds = true;
@@ -865,7 +870,8 @@ void ConfigManager::TryActivate(const std::string& name, bool timed_out) {
 
 void ConfigManager::ActivateListener(DynListener& d, std::shared_ptr<const ListenerConfig> config,
                                      std::vector<int> fds) {
-  if (fds.empty() && d.active && d.active->address == config->address) {
+  if (fds.empty() && d.active && d.active->address == config->address &&
+      d.active->bind_to_port == config->bind_to_port) {
     for (auto& w : workers_) w->UpdateListener(config);
   } else {
     for (size_t w = 0; w < workers_.size(); ++w) {

@@ -40,6 +40,9 @@ bool LoadConfig(const ServerOptions& options, uint32_t workers, LogFileManager* 
     if (!options.service_cluster.empty()) {
       bootstrap->mutable_node()->set_cluster(options.service_cluster);
     }
+    if (!options.service_zone.empty()) {
+      bootstrap->mutable_node()->mutable_locality()->set_zone(options.service_zone);
+    }
     BuildOptions bo;
     bo.stats_slots = workers;
     bo.source = options.config_path;

@@ -17,6 +17,7 @@ struct ServerOptions {
   bool validate_only = false;
   std::string service_node;
   std::string service_cluster;
+  std::string service_zone;  // node.locality.zone
   // How long connections may finish: a removed listener's, and everyone's on SIGTERM/SIGINT.
   uint64_t drain_time_ms = 5000;
   // On SIGTERM: ask connections to close spread over the drain time (Envoy's default), or all

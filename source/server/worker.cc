@@ -7,6 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "source/common/assert.h"
 #include "source/common/logger.h"
+#include "source/network/http_inspector.h"
+#include "source/network/original_dst.h"
 #include "source/tls/tls_transport.h"
 
 namespace rpx {
@@ -52,9 +54,11 @@ void Worker::AddListener(std::shared_ptr<const ListenerConfig> config, int fd) {
 }
 
 void Worker::AddListenerNow(std::shared_ptr<const ListenerConfig> config, int fd) {
-  if (fd < 0) return;
+  // -1: the listener's one socket is another worker's (no SO_REUSEPORT); but a listener without
+  // a socket (bind_to_port false) exists on every worker, to take hand-offs.
+  if (fd < 0 && config->bind_to_port) return;
   if (stopped_accepting_) {  // draining for shutdown: a listener added now takes nothing
-    ::close(fd);
+    if (fd >= 0) ::close(fd);
     return;
   }
   auto l = std::make_unique<ActiveListener>();
@@ -65,7 +69,7 @@ void Worker::AddListenerNow(std::shared_ptr<const ListenerConfig> config, int fd
   Listener::AcceptCallback accept = [this, raw](int cfd, const SocketAddress& peer) {
     OnAccept(*raw, cfd, peer);
   };
-  l->listener = std::make_unique<Listener>(dispatcher_, fd, accept);
+  if (fd >= 0) l->listener = std::make_unique<Listener>(dispatcher_, fd, accept);
   auto it = listeners_.find(config->name);
   if (it != listeners_.end()) {
     // Replaced under the same name (a new address or new socket options): the old socket
@@ -87,6 +91,23 @@ void Worker::AddListenerNow(std::shared_ptr<const ListenerConfig> config, int fd
     for (auto* c : open) c->CloseWhenIdle();
   }
   listeners_.emplace(config->name, std::move(l));
+  RebuildAddressIndex();
+}
+
+void Worker::RebuildAddressIndex() {
+  by_address_.clear();
+  bool used = false;
+  for (const auto& [name, l] : listeners_) used |= l->config->use_original_dst;
+  if (!used) return;
+  for (const auto& [name, l] : listeners_) {
+    by_address_.emplace(l->config->address.ToString(), l.get());
+  }
+}
+
+Worker::ActiveListener* Worker::ListenerFor(const SocketAddress& dst) {
+  auto it = by_address_.find(dst.ToString());
+  if (it == by_address_.end()) it = by_address_.find(dst.AnyWithPort().ToString());
+  return it == by_address_.end() ? nullptr : it->second;
 }
 
 void Worker::UpdateListener(std::shared_ptr<const ListenerConfig> config,
@@ -97,6 +118,7 @@ void Worker::UpdateListener(std::shared_ptr<const ListenerConfig> config,
       ActiveListener& l = *it->second;
       l.config = config;
       UpdateRouters(l);
+      RebuildAddressIndex();
     }
     if (applied) applied();
   });
@@ -108,6 +130,7 @@ void Worker::RemoveListener(const std::string& name, uint64_t drain_ms) {
     if (it == listeners_.end()) return;
     std::unique_ptr<ActiveListener> l = std::move(it->second);
     listeners_.erase(it);
+    RebuildAddressIndex();
     l->listener.reset();  // stop accepting; the socket closes
     EndInspections(*l);
     std::vector<DownstreamConnection*> open = l->connections.Snapshot();
@@ -140,11 +163,19 @@ void Worker::UpdateRouters(ActiveListener& l) {
   const auto& chains = l.config->chains;
   for (size_t i = 0; i < chains.size(); ++i) {
     const FilterChainConfig& c = *chains[i];
+    // A TCP proxy chain has no router; an index that had one keeps it for its connections.
     if (i < l.routers.size()) {
-      l.routers[i]->Update(c.http, c.routes, StatsFor(*c.http));
+      if (!c.http) continue;
+      if (l.routers[i]) {
+        l.routers[i]->Update(c.http, c.routes, StatsFor(*c.http));
+        continue;
+      }
     } else {
-      l.routers.push_back(std::make_unique<Router>(dispatcher_, c.http, c.routes, clusters_,
-                                                   random_, StatsFor(*c.http)));
+      l.routers.emplace_back();
+    }
+    if (c.http) {
+      l.routers[i] = std::make_unique<Router>(dispatcher_, c.http, c.routes, clusters_, random_,
+                                              StatsFor(*c.http));
     }
   }
 }
@@ -152,12 +183,31 @@ void Worker::UpdateRouters(ActiveListener& l) {
 void Worker::OnAccept(ActiveListener& l, int fd, const SocketAddress& peer) {
   const ListenerConfig& c = *l.config;
   StatsFor(c).downstream_cx_total.Inc();
+  SocketAddress original_dst;
+  if (c.original_dst || c.use_original_dst) {
+    SocketAddress od;
+    if (OriginalDestination(fd, SocketAddress::LocalOf(fd), &od)) original_dst = od;
+  }
+  if (original_dst.len && c.use_original_dst) {
+    ActiveListener* to = ListenerFor(original_dst);
+    if (to && to != &l) {
+      StatsFor(*to->config).downstream_cx_total.Inc();
+      Dispatch(*to, fd, peer, original_dst);
+      return;
+    }
+  }
+  Dispatch(l, fd, peer, original_dst);
+}
+
+void Worker::Dispatch(ActiveListener& l, int fd, const SocketAddress& peer,
+                      const SocketAddress& original_dst) {
+  const ListenerConfig& c = *l.config;
   if (c.single_catch_all) {
-    Serve(l, fd, peer, 0);
+    Serve(l, fd, peer, 0, original_dst);
     return;
   }
-  if (c.inspect_tls) {
-    auto* i = new Inspection(l, fd, peer);
+  if (c.inspect_tls || c.inspect_http) {
+    auto* i = new Inspection(l, fd, peer, original_dst);
     i->next = l.inspecting;
     if (l.inspecting) l.inspecting->prev = i;
     l.inspecting = i;
@@ -165,11 +215,14 @@ void Worker::OnAccept(ActiveListener& l, int fd, const SocketAddress& peer) {
   }
   ConnectionFacts facts;
   facts.peer = peer;
-  if (c.needs_local_address) facts.local = SocketAddress::LocalOf(fd);
-  Serve(l, fd, peer, c.SelectChain(facts));
+  if (c.needs_local_address) {
+    facts.local = original_dst.len ? original_dst : SocketAddress::LocalOf(fd);
+  }
+  Serve(l, fd, peer, c.SelectChain(facts), original_dst);
 }
 
-void Worker::Serve(ActiveListener& l, int fd, const SocketAddress& peer, int chain) {
+void Worker::Serve(ActiveListener& l, int fd, const SocketAddress& peer, int chain,
+                   const SocketAddress& original_dst) {
   const ListenerConfig& c = *l.config;
   if (chain < 0) {
     StatsFor(c).no_filter_chain_match.Inc();
@@ -177,6 +230,7 @@ void Worker::Serve(ActiveListener& l, int fd, const SocketAddress& peer, int cha
     return;
   }
   RPX_ASSERT(static_cast<size_t>(chain) < c.chains.size() && l.routers.size() >= c.chains.size());
+  RPX_ASSERT(c.chains[chain]->tcp || l.routers[chain]);
   const FilterChainConfig& fc = *c.chains[chain];
   if (fc.tls_required && !fc.tls) {
     // Its certificate has not arrived over SDS: refused, never served in cleartext.
@@ -201,7 +255,15 @@ void Worker::Serve(ActiveListener& l, int fd, const SocketAddress& peer, int cha
   }
   auto conn = std::make_unique<Connection>(dispatcher_, fd, false, c.buffer_limit,
                                            /*nodelay_set=*/true);
+  if (original_dst.len) conn->SetOriginalDestination(original_dst);
   if (fc.tls) conn->SetTransport(std::make_unique<TlsTransport>(fc.tls), fc.handshake_timeout_ms);
+  if (fc.tcp) {
+    auto* t = new TcpConnection(l, std::move(slot), std::move(conn), fc.tcp, peer);
+    l.connections.Add(t);
+    open_connections_.fetch_add(1, std::memory_order_relaxed);
+    t->Start();  // may end at once (no cluster, no host): then it unlinks itself
+    return;
+  }
   const auto& http = fc.http;
   if (http->codec == HttpConfig::Codec::kHttp2 && !fc.tls) {
     auto* h2 = new Http2Connection(l, std::move(slot), std::move(conn), http, StatsFor(*http),
@@ -224,16 +286,21 @@ Worker::ActiveListener::~ActiveListener() {
   while (inspecting) delete inspecting;
 }
 
-Worker::Inspection::Inspection(ActiveListener& listener, int fd, const SocketAddress& peer)
+Worker::Inspection::Inspection(ActiveListener& listener, int fd, const SocketAddress& peer,
+                               const SocketAddress& original_dst)
     : listener_(&listener),
       dispatcher_(listener.worker->dispatcher_),
       fd_(fd),
       peer_(peer),
+      original_dst_(original_dst),
       // Edge-triggered: a ClientHello that is not whole yet is reported again only when more of
       // it arrives (peeking consumes nothing, so level triggering would report it forever).
       event_(listener.worker->dispatcher_, fd, FileEvent::kRead, this, FileEvent::Trigger::kEdge),
       timer_(listener.worker->dispatcher_, this) {
-  timer_.Enable(listener.config->listener_filters_timeout_ms);
+  // 0: no timeout (Envoy's meaning), for protocols where the server speaks first.
+  if (listener.config->listener_filters_timeout_ms > 0) {
+    timer_.Enable(listener.config->listener_filters_timeout_ms);
+  }
 }
 
 Worker::Inspection::~Inspection() {
@@ -262,17 +329,26 @@ void Worker::Inspection::OnReadable(uint32_t) {
     dispatcher_.DeferredDelete(std::unique_ptr<DeferredDeletable>(this));
     return;
   }
-  ClientHelloInfo hello;
-  switch (InspectClientHello(buf, static_cast<size_t>(n), &hello)) {
-    case InspectResult::kNeedMoreData:
-      return;
-    case InspectResult::kTls:
-      Finish(&hello);
-      return;
-    case InspectResult::kNotTls:
-      Finish(nullptr);
-      return;
+  const ListenerConfig& c = *listener_->config;
+  if (c.inspect_tls) {
+    ClientHelloInfo hello;
+    switch (InspectClientHello(buf, static_cast<size_t>(n), &hello)) {
+      case InspectResult::kNeedMoreData:
+        return;
+      case InspectResult::kTls:
+        Finish(&hello);
+        return;
+      case InspectResult::kNotTls:
+        break;
+    }
   }
+  if (!c.inspect_http) {
+    Finish(nullptr);
+    return;
+  }
+  HttpInspectResult r = InspectHttp(buf, static_cast<size_t>(n));
+  if (r == HttpInspectResult::kNeedMoreData) return;
+  Finish(nullptr, HttpInspectProtocol(r));
 }
 
 void Worker::Inspection::OnTimeout() {
@@ -286,16 +362,26 @@ void Worker::Inspection::OnTimeout() {
   dispatcher_.DeferredDelete(std::unique_ptr<DeferredDeletable>(this));
 }
 
-void Worker::Inspection::Finish(const ClientHelloInfo* hello) {
+void Worker::Inspection::Finish(const ClientHelloInfo* hello, std::string_view http_protocol) {
   ActiveListener& l = *listener_;
   const ListenerConfig& c = *l.config;
   ConnectionFacts facts;
   facts.peer = peer_;
-  if (c.needs_local_address) facts.local = SocketAddress::LocalOf(fd_);
+  if (c.needs_local_address) {
+    facts.local = original_dst_.len ? original_dst_ : SocketAddress::LocalOf(fd_);
+  }
+  // http_inspector's finding, as a one-entry protocol list.
+  static const std::vector<std::string> kHttp10{"http/1.0"}, kHttp11{"http/1.1"}, kH2c{"h2c"};
   if (hello) {
     facts.transport_protocol = "tls";
     facts.server_name = hello->server_name;
     facts.application_protocols = &hello->alpn;
+  } else if (http_protocol == "http/1.1") {
+    facts.application_protocols = &kHttp11;
+  } else if (http_protocol == "http/1.0") {
+    facts.application_protocols = &kHttp10;
+  } else if (http_protocol == "h2c") {
+    facts.application_protocols = &kH2c;
   }
   int chain = c.SelectChain(facts);
   timer_.Disable();
@@ -303,9 +389,17 @@ void Worker::Inspection::Finish(const ClientHelloInfo* hello) {
   int fd = fd_;
   fd_ = -1;
   Unlink();
-  l.worker->Serve(l, fd, peer_, chain);
+  l.worker->Serve(l, fd, peer_, chain, original_dst_);
   dispatcher_.DeferredDelete(std::unique_ptr<DeferredDeletable>(this));
 }
+
+Worker::TcpConnection::TcpConnection(ActiveListener& listener, LimitSlot slot,
+                                     std::unique_ptr<Connection> conn,
+                                     std::shared_ptr<const TcpProxyConfig> config,
+                                     const SocketAddress& peer)
+    : TcpProxySession(std::move(conn), std::move(config), listener.worker->clusters_,
+                      listener.worker->random_, peer, listener.worker->index_),
+      ConnectionEntry(listener, std::move(slot)) {}
 
 Worker::Http1Connection::Http1Connection(ActiveListener& listener, size_t chain, LimitSlot slot,
                                          std::unique_ptr<Connection> conn,

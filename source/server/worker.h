@@ -23,6 +23,7 @@
 #include "source/network/listener.h"
 #include "source/network/tls_inspector.h"
 #include "source/router/router.h"
+#include "source/tcp_proxy/tcp_proxy.h"
 #include "source/upstream/worker_cluster.h"
 
 namespace rpx {
@@ -132,11 +133,23 @@ class Worker {
     void OnTransportConnected() override { CountHandshake(connection()); }
     void OnClosed() override { Closed(connection()); }
   };
-  // An accepted connection whose ClientHello is being read (tls_inspector) before its filter
-  // chain is chosen; nothing is consumed from the socket. Owned by its listener's list.
+  class TcpConnection final : public TcpProxySession, public ConnectionEntry {
+   public:
+    TcpConnection(ActiveListener& listener, LimitSlot slot, std::unique_ptr<Connection> conn,
+                  std::shared_ptr<const TcpProxyConfig> config, const SocketAddress& peer);
+    DownstreamConnection& downstream() override { return *this; }
+
+   private:
+    void OnTransportConnected() override { CountHandshake(connection()); }
+    void OnClosed() override { Closed(connection()); }
+  };
+  // An accepted connection whose first bytes are being read (tls_inspector, http_inspector)
+  // before its filter chain is chosen; nothing is consumed from the socket. Owned by its
+  // listener's list.
   class Inspection : public DeferredDeletable {
    public:
-    Inspection(ActiveListener& listener, int fd, const SocketAddress& peer);
+    Inspection(ActiveListener& listener, int fd, const SocketAddress& peer,
+               const SocketAddress& original_dst);
     ~Inspection() override;  // closes the socket unless it was handed on; unlinks
     Inspection* prev = nullptr;
     Inspection* next = nullptr;
@@ -144,8 +157,9 @@ class Worker {
    private:
     void OnReadable(uint32_t events);
     void OnTimeout();
-    // Chooses the chain with what was found and hands the socket on (or closes it).
-    void Finish(const ClientHelloInfo* hello);
+    // Chooses the chain with what was found (a ClientHello, or the protocol http_inspector saw)
+    // and hands the socket on (or closes it).
+    void Finish(const ClientHelloInfo* hello, std::string_view http_protocol = "");
     // Leaves the listener's list (before a deferred delete, after which the listener may be
     // gone).
     void Unlink();
@@ -153,6 +167,7 @@ class Worker {
     Dispatcher& dispatcher_;
     int fd_;
     SocketAddress peer_;
+    SocketAddress original_dst_;  // len 0: none restored
     MemberFileEvent<Inspection, &Inspection::OnReadable> event_;
     MemberTimer<Inspection, &Inspection::OnTimeout> timer_;
   };
@@ -189,9 +204,18 @@ class Worker {
   // Points each chain's router at the chain's current routes and settings (new ones as needed).
   void UpdateRouters(ActiveListener& l);
   void OnAccept(ActiveListener& l, int fd, const SocketAddress& peer);
+  // The listener that takes a connection accepted by `l` (itself, or with use_original_dst the
+  // one for its original destination), after its original destination was restored.
+  void Dispatch(ActiveListener& l, int fd, const SocketAddress& peer,
+                const SocketAddress& original_dst);
+  // The listener on `dst` (exact address first, then the wildcard address with its port), or
+  // nullptr.
+  ActiveListener* ListenerFor(const SocketAddress& dst);
+  void RebuildAddressIndex();
   // Starts serving an accepted connection on chain `chain` of the listener (-1: none matched,
-  // the connection is closed).
-  void Serve(ActiveListener& l, int fd, const SocketAddress& peer, int chain);
+  // the connection is closed). `original_dst` (len 0: none) becomes its local address.
+  void Serve(ActiveListener& l, int fd, const SocketAddress& peer, int chain,
+             const SocketAddress& original_dst);
   // Closes the connections whose ClientHello is still being read (a listener going away).
   void EndInspections(ActiveListener& l);
   void FinishDrain(ActiveListener* l);
@@ -214,6 +238,9 @@ class Worker {
   Random random_;
   WorkerClusterManager clusters_;
   absl::flat_hash_map<std::string, std::unique_ptr<ActiveListener>> listeners_;
+  // Listeners by address ("ip:port"), for use_original_dst hand-offs; built only while some
+  // listener uses it.
+  absl::flat_hash_map<std::string, ActiveListener*> by_address_;
   std::vector<std::unique_ptr<ActiveListener>> draining_;
   std::multimap<uint64_t, int> delayed_rejects_;  // close time (steady ms) -> fd
   std::unique_ptr<Timer> reject_timer_;

@@ -348,6 +348,18 @@ struct ClusterInfo {
   bool http2() const { return protocol != Protocol::kHttp1; }
   Http2Options http2_options;  // for h2 connections (max_concurrent_streams, windows, HPACK)
   LbPolicy lb_policy = LbPolicy::kRoundRobin;
+  // type ORIGINAL_DST (lb_policy CLUSTER_PROVIDED): no configured hosts; each connection goes to
+  // the downstream connection's original destination (its local address as restored by the
+  // original_dst listener filter), or with use_http_header to the address in that request
+  // header. Each worker makes a pool per destination when first used and drops the ones idle
+  // for a whole cleanup_interval.
+  struct OriginalDst {
+    bool use_http_header = false;
+    std::string http_header_name = "x-envoy-original-dst-host";  // lower case
+    uint32_t port_override = 0;                                  // 0: the destination's port
+    uint64_t cleanup_interval_ms = 5000;
+  };
+  std::optional<OriginalDst> original_dst;
   // RING_HASH: ring_hash_lb_config's sizes; MAGLEV: maglev_lb_config.table_size (a prime).
   uint64_t ring_min_size = 1024, ring_max_size = 8 * 1024 * 1024;
   uint64_t maglev_table_size = 65537;

@@ -307,6 +307,63 @@ bool ConnPool::TryCreateConnection() {
   return true;
 }
 
+std::unique_ptr<Connection> ConnPool::ConnectTcp(bool* overflow, std::string* detail) {
+  *overflow = false;
+  if (!cluster_->resources->TryAcquireConnection(false)) {
+    bool got = reclaim_ && reclaim_(this) && cluster_->resources->TryAcquireConnection(false);
+    if (!got) {
+      stats_.upstream_cx_overflow.Inc();
+      *overflow = true;
+      return nullptr;
+    }
+  }
+  if (transport_.pending()) {
+    cluster_->resources->ReleaseConnection();
+    *detail = "TLS secrets for this cluster have not arrived (SDS)";
+    return nullptr;
+  }
+  int err = 0;
+  ConnectOptions bind;
+  if (cluster_->source_address) bind.source = &*cluster_->source_address;
+  if (!cluster_->socket_options.empty()) bind.options = &cluster_->socket_options;
+  auto conn =
+      Connection::Connect(dispatcher_, host_->address, cluster_->buffer_limit, &err, bind, detail);
+  if (!conn) {
+    cluster_->resources->ReleaseConnection();
+    if (detail->empty()) *detail = absl::StrCat("connect: ", strerror(err));
+    CxConnectFailed();
+    return nullptr;
+  }
+  if (transport_.tls) {
+    conn->SetTransport(
+        std::make_unique<TlsTransport>(transport_.tls, sni_, &tls_session_, verify_name_), 0);
+  }
+  ++tcp_connections_;
+  stats_.upstream_cx_total.Inc();
+  stats_.upstream_cx_active.Inc();
+  host_stats_->cx_total.Inc();
+  host_stats_->cx_active.Inc();
+  return conn;
+}
+
+void ConnPool::TcpConnectDone(uint64_t started_ms, bool connected, bool timed_out) {
+  if (connected) {
+    stats_.upstream_cx_connect_ms.Record(dispatcher_.NowMs() - started_ms);
+    return;
+  }
+  if (timed_out) stats_.upstream_cx_connect_timeout.Inc();
+  CxConnectFailed();
+}
+
+void ConnPool::TcpClosed(uint64_t started_ms) {
+  RPX_ASSERT(tcp_connections_ > 0);
+  --tcp_connections_;
+  cluster_->resources->ReleaseConnection();
+  stats_.upstream_cx_active.Dec();
+  host_stats_->cx_active.Dec();
+  stats_.upstream_cx_length_ms.Record(dispatcher_.NowMs() - started_ms);
+}
+
 void ConnPool::SetStarved(bool starved) {
   if (starved == starved_) return;
   starved_ = starved;

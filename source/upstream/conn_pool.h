@@ -161,8 +161,19 @@ class ConnPool {
   void Drain();
   bool idle() const {
     return active_.empty() && busy_.empty() && draining_.empty() && connecting_.empty() &&
-           pending_.empty();
+           pending_.empty() && tcp_connections_ == 0;
   }
+  // A TCP proxy's connection to the host: not pooled (its owner carries one downstream
+  // connection's bytes over it, then closes it), but counted against the cluster's
+  // max_connections and in the cluster's and host's connection stats until TcpClosed, and it
+  // keeps the pool alive (not idle) meanwhile. The connection is connecting (kConnected or
+  // kConnectFailed follow; a TLS cluster's handshake runs first). nullptr when the circuit
+  // breaker is full (*overflow) or connect(2) failed at once (*detail says why).
+  std::unique_ptr<Connection> ConnectTcp(bool* overflow, std::string* detail);
+  // Counts the outcome of a ConnectTcp connection: connected (with the time it took), or not.
+  void TcpConnectDone(uint64_t started_ms, bool connected, bool timed_out);
+  // A ConnectTcp connection is closed; `started_ms` is when it was made.
+  void TcpClosed(uint64_t started_ms);
   size_t active_requests() const { return streams_active_ + pending_.size(); }
   size_t connection_count() const {
     return idle_.size() + active_.size() + busy_.size() + draining_.size() + connecting_.size();
@@ -255,6 +266,7 @@ class ConnPool {
   // Owned (deleted via the dispatcher), one list per state, most recently used first.
   std::list<PoolClient*> connecting_, idle_, active_, busy_, draining_;
   size_t connecting_streams_ = 0;  // sum of the connecting clients' limits
+  size_t tcp_connections_ = 0;     // ConnectTcp connections not closed yet
   size_t streams_active_ = 0;      // streams in flight on all clients
   std::list<std::unique_ptr<Pending>> pending_;
   std::unique_ptr<Timer> retry_timer_;

@@ -35,6 +35,14 @@ void WorkerCluster::Update(const ClusterEntry& entry) {
       });
     });
   }
+  if (settings_changed) {
+    // Original-destination pools were made with the old settings.
+    for (auto& [key, d] : dst_pools_) {
+      d.pool->Drain();
+      draining_.push_back(std::move(d.pool));
+    }
+    dst_pools_.clear();
+  }
   info_ = entry.info;
   hosts_ = entry.hosts;
   stats_ = &info_->stats[worker_index_ % info_->stats_slots];
@@ -181,6 +189,47 @@ ConnPool* WorkerCluster::PoolForSni(ConnPool* host_pool, std::string_view sni) {
     return raw;
   }
   return nullptr;
+}
+
+ConnPool* WorkerCluster::PoolForOriginalDst(const SocketAddress& dst) {
+  if (!info_->original_dst || dst.len == 0) return nullptr;
+  SocketAddress to = info_->original_dst->port_override
+                         ? dst.WithPort(static_cast<uint16_t>(info_->original_dst->port_override))
+                         : dst;
+  std::string key = to.ToString();
+  auto it = dst_pools_.find(key);
+  if (it != dst_pools_.end()) {
+    it->second.used = true;
+    return it->second.pool.get();
+  }
+  auto host = std::make_shared<Host>();
+  host->address = to;
+  auto pool = std::make_unique<ConnPool>(dispatcher_, info_, std::move(host), *stats_);
+  SetReclaim(pool.get());
+  ConnPool* raw = pool.get();
+  dst_pools_.emplace(std::move(key), DstPool{std::move(pool), true});
+  if (!dst_cleanup_timer_) {
+    dst_cleanup_timer_ = dispatcher_.CreateTimer([this] { CleanupOriginalDst(); });
+  }
+  if (!dst_cleanup_timer_->enabled()) {
+    dst_cleanup_timer_->Enable(info_->original_dst->cleanup_interval_ms);
+  }
+  return raw;
+}
+
+void WorkerCluster::CleanupOriginalDst() {
+  for (auto it = dst_pools_.begin(); it != dst_pools_.end();) {
+    DstPool& d = it->second;
+    if (!d.used && d.pool->idle()) {
+      dst_pools_.erase(it++);  // closes its idle connections
+      continue;
+    }
+    d.used = false;
+    ++it;
+  }
+  if (!dst_pools_.empty() && info_->original_dst) {
+    dst_cleanup_timer_->Enable(info_->original_dst->cleanup_interval_ms);
+  }
 }
 
 void WorkerCluster::BuildLevels() {
@@ -547,6 +596,9 @@ bool WorkerCluster::ReclaimIdle(ConnPool* requester) {
       if (sp.get() != requester && sp->CloseOneIdle()) return true;
     }
   }
+  for (auto& [key, d] : dst_pools_) {
+    if (d.pool.get() != requester && d.pool->CloseOneIdle()) return true;
+  }
   return false;
 }
 
@@ -561,6 +613,9 @@ bool WorkerCluster::idle() const {
   for (const auto& p : draining_) {
     if (!p->idle()) return false;
   }
+  for (const auto& [key, d] : dst_pools_) {
+    if (!d.pool->idle()) return false;
+  }
   return true;
 }
 
@@ -570,6 +625,7 @@ void WorkerCluster::Drain() {
     for (auto& [sni, sp] : p.by_sni) sp->Drain();
   }
   for (auto& p : draining_) p->Drain();
+  for (auto& [key, d] : dst_pools_) d.pool->Drain();
 }
 
 WorkerCluster* WorkerClusterManager::Get(std::string_view name) {

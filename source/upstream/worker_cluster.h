@@ -51,6 +51,11 @@ class WorkerCluster {
   // has too many busy ones.
   ConnPool* PoolForSni(ConnPool* host_pool, std::string_view sni);
   static constexpr size_t kMaxSniPools = 256;
+  // ORIGINAL_DST clusters: the pool for destination `dst` (made when first asked for; with the
+  // cluster's port_override applied). Pools of destinations nobody used for a whole
+  // cleanup_interval are dropped once idle. nullptr for other clusters.
+  ConnPool* PoolForOriginalDst(const SocketAddress& dst);
+  size_t original_dst_pool_count() const { return dst_pools_.size(); }
   ClusterStats& stats() { return *stats_; }
   const ClusterInfo& info() const { return *info_; }
   // Replaces the host set (and, if it changed, the cluster settings), keeping pools of hosts that
@@ -116,6 +121,7 @@ class WorkerCluster {
   // Rebuilds the schedules with new weights, and keeps the ramp timer going while needed.
   void OnSlowStartTick();
   bool ReclaimIdle(ConnPool* requester);
+  void CleanupOriginalDst();
 
   Dispatcher& dispatcher_;
   uint32_t worker_index_;
@@ -131,6 +137,14 @@ class WorkerCluster {
   bool updated_ = false;                     // a host set was applied (the first one is in)
   uint32_t retries_waiting_ = 0;
   uint64_t health_generation_ = 0;  // the ClusterHealth generation last seen
+  // ORIGINAL_DST: pools by destination ("ip:port"), and whether each was used since the last
+  // cleanup.
+  struct DstPool {
+    std::unique_ptr<ConnPool> pool;
+    bool used = true;
+  };
+  absl::flat_hash_map<std::string, DstPool> dst_pools_;
+  std::unique_ptr<Timer> dst_cleanup_timer_;
   // Lets callbacks posted from other workers check that this object still exists.
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
