@@ -17,6 +17,8 @@ PKGS=(
   curl python3 python3-protobuf python3-prometheus-client python3-websockets python3-websocket procps iproute2 slowhttptest
   nghttp2-client python3-h2 python3-grpcio
   etcd-server
+  # the sidecar tests: redirect rules in network namespaces, the deploy examples
+  iptables python3-yaml shellcheck
   openssl sslscan testssl.sh
   # benchmark
   nginx-light haproxy wrk util-linux

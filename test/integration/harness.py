@@ -983,7 +983,9 @@ class XdsServer(object):
     _LISTENING = re.compile(r"^xds_server listening on .*:(\d+) dir=")
     _CONTROL = re.compile(r"^control API listening on .*:(\d+)$")
 
-    def __init__(self, port=0, poll_ms=200, checked=False, control=False, extra_args=()):
+    def __init__(self, port=0, poll_ms=200, checked=False, control=False, extra_args=(),
+                 wrap=()):
+        self.wrap = list(wrap)  # a command prefix, e.g. ["ip", "netns", "exec", NS] (it must exec)
         self.port = port
         self.poll_ms = poll_ms
         self.checked = checked
@@ -1024,7 +1026,7 @@ class XdsServer(object):
             out = open(self.log_path, "ab")
             err = open(self.stderr_path, "ab")
             self._files = [out, err]
-            cmd = _PREFIX + [xds_server_bin(), "--port", str(self.port), "--dir",
+            cmd = _PREFIX + self.wrap + [xds_server_bin(), "--port", str(self.port), "--dir",
                              self.resource_dir, "--poll-ms", str(self.poll_ms)]
             if not self.checked:
                 cmd.append("--unchecked")
