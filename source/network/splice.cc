@@ -21,6 +21,9 @@ std::atomic<bool> g_enabled{true};
 // Bigger pipes mean fewer splice calls per body; 256 KiB is below the unprivileged
 // /proc/sys/fs/pipe-max-size (1 MiB) default.
 constexpr int kPipeSize = 256 * 1024;
+// A byte stream (Splicer::kUntilEnd) lives long and moves much: a pipe of the unprivileged
+// maximum halves its splice calls again. Not pooled.
+constexpr int kStreamPipeSize = 1024 * 1024;
 constexpr int kSinkNotsentLowat = 128 * 1024;
 // Empty pipes kept per worker thread for the next body (two descriptors each).
 constexpr size_t kMaxPooledPipes = 16;
@@ -45,16 +48,16 @@ std::vector<Pipe>& PipePool() {
   return pool;
 }
 
-bool TakePipe(Pipe* out) {
+bool TakePipe(Pipe* out, int size_wanted) {
   auto& pool = PipePool();
-  if (!pool.empty()) {
+  if (!pool.empty() && size_wanted == kPipeSize) {
     *out = pool.back();
     pool.pop_back();
     return true;
   }
   int fds[2];
   if (::pipe2(fds, O_NONBLOCK | O_CLOEXEC) != 0) return false;
-  int size = ::fcntl(fds[1], F_SETPIPE_SZ, kPipeSize);
+  int size = ::fcntl(fds[1], F_SETPIPE_SZ, size_wanted);
   if (size < 0) size = ::fcntl(fds[1], F_GETPIPE_SZ);
   *out = Pipe{fds[0], fds[1], static_cast<size_t>(size > 0 ? size : 65536)};
   return true;
@@ -62,7 +65,7 @@ bool TakePipe(Pipe* out) {
 
 void ReturnPipe(const Pipe& p, bool empty) {
   auto& pool = PipePool();
-  if (empty && pool.size() < kMaxPooledPipes) {
+  if (empty && pool.size() < kMaxPooledPipes && p.size == static_cast<size_t>(kPipeSize)) {
     pool.push_back(p);
     return;
   }
@@ -81,7 +84,7 @@ std::unique_ptr<Splicer> Splicer::Create(Connection& source, Connection& sink, u
     return nullptr;
   }
   Pipe p;
-  if (!TakePipe(&p)) return nullptr;
+  if (!TakePipe(&p, length == kUntilEnd ? kStreamPipeSize : kPipeSize)) return nullptr;
   return std::unique_ptr<Splicer>(new Splicer(source, sink, length, callbacks, p.r, p.w, p.size));
 }
 
@@ -93,7 +96,8 @@ Splicer::Splicer(Connection& source, Connection& sink, uint64_t length, SplicerC
       pipe_r_(pipe_r),
       pipe_w_(pipe_w),
       pipe_size_(pipe_size),
-      to_read_(length) {}
+      to_read_(length),
+      until_end_(length == kUntilEnd) {}
 
 Splicer::~Splicer() {
   if (destroyed_) *destroyed_ = true;
@@ -209,11 +213,19 @@ bool Splicer::FillPipe(bool source_event, bool* dry) {
       if (in_pipe_ > 0) pipe_stalled_ = true;
       break;
     }
+    if (n == 0 && until_end_) {
+      // The stream's end: once the pipe is drained, the splice is done.
+      to_read_ = 0;
+      *dry = true;
+      break;
+    }
     FailReading(n);
     return false;
   }
   if (pipe_stalled_) *dry = true;
-  if (source_event && to_read_ > 0 && (in_pipe_ >= pipe_size_ || pipe_stalled_) && source_) {
+  // (A stream's end is expected, and an error is met by the next splice: no peek for them.)
+  if (source_event && !until_end_ && to_read_ > 0 && (in_pipe_ >= pipe_size_ || pipe_stalled_) &&
+      source_) {
     // The pipe is full, so the source is not read; still notice a reset or an early EOF (a
     // hang-up is reported whatever the interest, and would otherwise be reported forever).
     char c;
@@ -238,8 +250,9 @@ bool Splicer::DrainPipe(bool* full) {
   // The sink's own buffer (the head) goes first.
   if (!sink_ || !sink_->write_buffer().empty()) return true;
   while (in_pipe_ > 0) {
-    ssize_t n = ::splice(pipe_r_, nullptr, sink_->fd(), nullptr, in_pipe_,
-                         SPLICE_F_MOVE | SPLICE_F_NONBLOCK | (to_read_ > 0 ? SPLICE_F_MORE : 0));
+    ssize_t n = ::splice(
+        pipe_r_, nullptr, sink_->fd(), nullptr, in_pipe_,
+        SPLICE_F_MOVE | SPLICE_F_NONBLOCK | (to_read_ > 0 && !until_end_ ? SPLICE_F_MORE : 0));
     if (n > 0) {
       bool partial = static_cast<uint64_t>(n) < in_pipe_;
       in_pipe_ -= n;

@@ -40,6 +40,12 @@ class Splicer : public SpliceHandler {
   static void SetEnabled(bool enabled);
   static bool enabled();
 
+  // `length` for a byte stream (a TCP proxy): everything until the source's end of stream, which
+  // is then not a failure: OnSpliceDone means the source ended and all it sent reached the sink
+  // (whose sending side the caller may then shut down). No SPLICE_F_MORE in this mode: with no
+  // end in sight it would hold back the last short segment of every exchange.
+  static constexpr uint64_t kUntilEnd = UINT64_MAX;
+
   // nullptr when the bytes cannot be spliced (disabled, a TLS transport, no pipe available):
   // the caller then copies as usual.
   static std::unique_ptr<Splicer> Create(Connection& source, Connection& sink, uint64_t length,
@@ -74,7 +80,8 @@ class Splicer : public SpliceHandler {
   SplicerCallbacks& callbacks_;
   int pipe_r_, pipe_w_;
   size_t pipe_size_;
-  uint64_t to_read_;      // bytes still to take from the source
+  uint64_t to_read_;      // bytes still to take from the source (kUntilEnd: until its end)
+  const bool until_end_;  // length was kUntilEnd
   uint64_t in_pipe_ = 0;  // bytes in the pipe, not yet in the sink
   // A fill stopped short with bytes in the pipe. The pipe may be out of slots (it holds a fixed
   // number of buffers, whatever their size) rather than bytes, so the source is not read again

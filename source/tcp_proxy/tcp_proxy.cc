@@ -35,6 +35,8 @@ TcpProxySession::TcpProxySession(std::unique_ptr<Connection> downstream,
       worker_(worker) {}
 
 TcpProxySession::~TcpProxySession() {
+  to_upstream_.reset();
+  to_downstream_.reset();
   ReleaseUpstream();
   Connection::Release(std::move(upstream_));
   Connection::Release(std::move(downstream_));
@@ -151,7 +153,7 @@ void TcpProxySession::OnUpstreamEvent(ConnectionEvent event) {
         idle_timer_ = d.CreateTimer([this] { OnIdleTimer(); });
         idle_timer_->Enable(config_->idle_timeout_ms);
       }
-      if (!downstream_paused_) Resume(*downstream_, true);
+      if (!StartSplicing() && !finished_ && !downstream_paused_) Resume(*downstream_, true);
       return;
     }
     case ConnectionEvent::kConnectFailed:
@@ -167,6 +169,50 @@ void TcpProxySession::OnUpstreamEvent(ConnectionEvent event) {
       Finish(downstream_ended_ && upstream_ended_ ? 0 : kUpstreamConnectionTermination, true);
       return;
   }
+}
+
+bool TcpProxySession::StartSplicing() {
+  if (!downstream_->plaintext() || !upstream_->plaintext()) return false;
+  to_upstream_ =
+      Splicer::Create(*downstream_, *upstream_, Splicer::kUntilEnd, to_upstream_callbacks_);
+  if (!to_upstream_) return false;
+  to_downstream_ =
+      Splicer::Create(*upstream_, *downstream_, Splicer::kUntilEnd, to_downstream_callbacks_);
+  if (!to_downstream_) {
+    to_upstream_.reset();
+    return false;
+  }
+  // Either may end the session at once (a side already gone).
+  to_upstream_->Start();
+  if (!finished_ && to_downstream_) to_downstream_->Start();
+  return true;
+}
+
+void TcpProxySession::OnSpliced(bool to_upstream, uint64_t bytes) {
+  if (to_upstream) {
+    stats_.downstream_cx_rx_bytes_total.Inc(bytes);
+    info_.bytes_received += bytes;
+  } else {
+    stats_.downstream_cx_tx_bytes_total.Inc(bytes);
+    info_.bytes_sent += bytes;
+  }
+  last_activity_ms_ = downstream_->dispatcher().NowMs();
+}
+
+void TcpProxySession::OnSpliceEnded(bool to_upstream) {
+  // The source ended and everything it sent is in the sink's socket: end the sink's side.
+  if (to_upstream) {
+    OnReadEnd();
+  } else {
+    OnUpstreamReadEnd();
+  }
+}
+
+void TcpProxySession::OnSpliceFailed(bool to_upstream, const std::string& detail) {
+  if (finished_) return;
+  RPX_LOG(kDebug, "tcp_proxy %s: %s", config_->stat_prefix, detail);
+  bool client_gone = downstream_->closed() || (to_upstream && !upstream_->closed());
+  Finish(client_gone ? kDownstreamConnectionTermination : kUpstreamConnectionTermination, true);
 }
 
 void TcpProxySession::OnData(Buffer& in) {
@@ -190,7 +236,7 @@ void TcpProxySession::OnUpstreamData(Buffer& in) {
 }
 
 void TcpProxySession::OnReadEnd() {
-  if (finished_) return;
+  if (finished_ || downstream_ended_) return;
   downstream_ended_ = true;
   if (upstream_ && connected_) {
     upstream_->ShutdownWrite();
@@ -199,7 +245,7 @@ void TcpProxySession::OnReadEnd() {
 }
 
 void TcpProxySession::OnUpstreamReadEnd() {
-  if (finished_) return;
+  if (finished_ || upstream_ended_) return;
   upstream_ended_ = true;
   downstream_->ShutdownWrite();
   if (downstream_ended_) Finish(0, true);
@@ -293,6 +339,10 @@ void TcpProxySession::Finish(uint32_t response_flags, bool flush) {
   if (idle_timer_) idle_timer_->Disable();
   if (duration_timer_) duration_timer_->Disable();
   Log();
+  // Splicers stop touching the sockets (and give back their socket options) before they close.
+  // (A splicer may be destroyed from inside its own callback.)
+  to_upstream_.reset();
+  to_downstream_.reset();
   auto type = flush ? Connection::CloseType::kFlushWrite : Connection::CloseType::kNoFlush;
   if (upstream_) {
     if (!upstream_->write_buffer().empty()) stats_.upstream_flush_total.Inc();

@@ -7,6 +7,8 @@
 //   half); the session ends when both directions have ended, or when either side resets.
 // - Backpressure: a side whose write buffer is above its high watermark stops the other side's
 //   reads, so a slow reader never makes rpx buffer more than a connection's buffer limit.
+// - Plaintext on both sides: the bytes move with splice(2) through a pipe per direction and never
+//   enter userspace (the pipe is then the only buffer); with TLS on either side they are copied.
 // - The upstream connection is not pooled, but it is counted against the cluster's
 //   max_connections circuit breaker (ConnPool::ConnectTcp). Connect failures are tried again on a
 //   newly chosen host up to max_connect_attempts times.
@@ -29,6 +31,7 @@
 #include "source/http/downstream_connection.h"
 #include "source/http/stream.h"
 #include "source/network/connection.h"
+#include "source/network/splice.h"
 #include "source/upstream/worker_cluster.h"
 
 namespace rpx {
@@ -132,6 +135,26 @@ class TcpProxySession : public DownstreamConnection {
     TcpProxySession& s_;
   };
 
+  // One direction of a spliced session.
+  class SpliceDirection : public SplicerCallbacks {
+   public:
+    SpliceDirection(TcpProxySession& s, bool upstream) : s_(s), upstream_(upstream) {}
+    void OnSpliceProgress(uint64_t bytes) override { s_.OnSpliced(upstream_, bytes); }
+    void OnSpliceDone() override { s_.OnSpliceEnded(upstream_); }
+    void OnSpliceFailed(const std::string& detail) override {
+      s_.OnSpliceFailed(upstream_, detail);
+    }
+
+   private:
+    TcpProxySession& s_;
+    bool upstream_;  // client -> upstream (true) or back
+  };
+
+  // Both sides plaintext (and splicing on): moves the bytes with splice(2); false to copy.
+  bool StartSplicing();
+  void OnSpliced(bool to_upstream, uint64_t bytes);
+  void OnSpliceEnded(bool to_upstream);
+  void OnSpliceFailed(bool to_upstream, const std::string& detail);
   // One connection attempt to a newly chosen host; false when none could be made (the session
   // has ended).
   bool Connect();
@@ -152,6 +175,10 @@ class TcpProxySession : public DownstreamConnection {
 
   std::unique_ptr<Connection> downstream_;
   std::unique_ptr<Connection> upstream_;
+  SpliceDirection to_upstream_callbacks_{*this, true};
+  SpliceDirection to_downstream_callbacks_{*this, false};
+  std::unique_ptr<Splicer> to_upstream_;  // while splicing
+  std::unique_ptr<Splicer> to_downstream_;
   Upstream upstream_callbacks_{*this};
   DownstreamFacts facts_{*this};
   std::shared_ptr<const TcpProxyConfig> config_;

@@ -383,6 +383,15 @@ class TcpProxyTest(IntegrationTestCase):
                             "CLUSTER_PROVIDED is for ORIGINAL_DST clusters only")
 
 
+class TcpProxyCopyTest(TcpProxyTest):
+    """The same with splicing off (rpx --disable-splice): the bytes are copied through userspace,
+    as they are when either side is TLS."""
+
+    def start_rpx(self, config, **kwargs):
+        kwargs["extra_args"] = list(kwargs.get("extra_args", ())) + ["--disable-splice"]
+        return super().start_rpx(config, **kwargs)
+
+
 class OriginalDstHeaderTest(IntegrationTestCase):
     """An ORIGINAL_DST cluster with use_http_header: each request goes where its
     x-envoy-original-dst-host header says (no capture needed; netns_sidecar_test covers capture)."""

@@ -79,3 +79,34 @@ TEST(AddressTest, LocalOfASocket) {
 
 }  // namespace
 }  // namespace rpx
+
+namespace rpx {
+namespace {
+
+TEST(AddressTest, ParseIpPort) {
+  auto a = SocketAddress::ParseIpPort("10.1.2.3:8080");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->ToString(), "10.1.2.3:8080");
+  auto b = SocketAddress::ParseIpPort("[::1]:443");
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->ToString(), "[::1]:443");
+  for (const char* bad :
+       {"", "10.1.2.3", "10.1.2.3:", "10.1.2.3:0", "10.1.2.3:65536", "10.1.2.3:80x", "::1:443",
+        "[::1]443", "[::1]", "example.com:80", "10.1.2.3:123456"}) {
+    EXPECT_FALSE(SocketAddress::ParseIpPort(bad).ok()) << bad;
+  }
+  EXPECT_NE(SocketAddress::ParseIpPort("nonsense").status().message().find("'nonsense'"),
+            std::string::npos);
+}
+
+TEST(AddressTest, WithPortAndAnyWithPort) {
+  auto a = *SocketAddress::FromIpPort("10.1.2.3", 80);
+  EXPECT_EQ(a.WithPort(9090).ToString(), "10.1.2.3:9090");
+  EXPECT_EQ(a.AnyWithPort().ToString(), "0.0.0.0:80");
+  auto b = *SocketAddress::FromIpPort("fd00::5", 15001);
+  EXPECT_EQ(b.AnyWithPort().ToString(), "[::]:15001");
+  EXPECT_TRUE(b.AnyWithPort() == *SocketAddress::FromIpPort("::", 15001));
+}
+
+}  // namespace
+}  // namespace rpx

@@ -544,3 +544,69 @@ TEST(ConnectionTest, WithoutBatchingTheRingIsNotUsed) {
 
 }  // namespace
 }  // namespace rpx
+
+namespace rpx {
+namespace {
+
+struct HalfCloseRecorder : public ConnectionCallbacks {
+  std::string data;
+  bool read_end = false;
+  int closes = 0;
+  void OnData(Buffer& in) override {
+    data.append(in.data(), in.size());
+    in.Drain(in.size());
+  }
+  void OnEvent(ConnectionEvent e) override {
+    if (e == ConnectionEvent::kRemoteClose || e == ConnectionEvent::kLocalClose) ++closes;
+  }
+  void OnReadEnd() override { read_end = true; }
+};
+
+// Half-close: the peer's end of stream is reported and the connection goes on writing; our own
+// end follows what is buffered.
+TEST_F(OneConnectionTest, HalfCloseKeepsWritingAfterThePeersEnd) {
+  HalfCloseRecorder rec;
+  c->SetCallbacks(&rec);
+  c->EnableHalfClose();
+  ASSERT_EQ(send(p.peer, "question", 8, 0), 8);
+  shutdown(p.peer, SHUT_WR);
+  ASSERT_TRUE(d->RunUntil([&] { return rec.read_end; }, 5000));
+  EXPECT_EQ(rec.data, "question");
+  EXPECT_TRUE(c->read_ended());
+  EXPECT_FALSE(c->closed());
+  std::string answer(3 << 20, 'a');  // more than the socket takes at once
+  c->Write(answer);
+  c->ShutdownWrite();
+  std::string got;
+  std::thread reader([&] {
+    char buf[65536];
+    ssize_t n;
+    while ((n = recv(p.peer, buf, sizeof(buf), 0)) > 0) got.append(buf, n);
+  });
+  ASSERT_TRUE(d->RunUntil([&] { return c->write_shut(); }, 10000));
+  reader.join();  // ends at our end of stream
+  EXPECT_EQ(got.size(), answer.size());
+  EXPECT_EQ(rec.closes, 0);
+}
+
+// Both directions shut while the peer's last bytes wait behind a read pause: the hang-up does not
+// close the connection; the bytes, then the end, arrive when reading resumes.
+TEST_F(OneConnectionTest, HalfCloseHangUpWithUnreadBytesIsNotAClose) {
+  HalfCloseRecorder rec;
+  c->SetCallbacks(&rec);
+  c->EnableHalfClose();
+  c->ReadDisable(true);
+  c->ShutdownWrite();
+  ASSERT_TRUE(d->RunUntil([&] { return c->write_shut(); }, 5000));
+  ASSERT_EQ(send(p.peer, "late", 4, 0), 4);
+  shutdown(p.peer, SHUT_WR);
+  // Let the loop see the hang-up while reads are off.
+  d->RunUntil([] { return false; }, 50);
+  EXPECT_FALSE(c->closed());
+  c->ReadDisable(false);
+  ASSERT_TRUE(d->RunUntil([&] { return rec.read_end; }, 5000));
+  EXPECT_EQ(rec.data, "late");
+}
+
+}  // namespace
+}  // namespace rpx

@@ -77,7 +77,7 @@ class SpliceTest : public ::testing::Test {
     splicer_.reset();
     source_.reset();
     sink_.reset();
-    close(up_.peer);
+    if (up_.peer >= 0) close(up_.peer);
     close(down_.peer);
   }
 
@@ -115,6 +115,45 @@ TEST_F(SpliceTest, MovesExactlyTheLengthAfterTheHead) {
   splicer_.reset();
   ASSERT_TRUE(d_.RunUntil([&] { return rec_.data.size() >= 4; }, 5000));
   EXPECT_EQ(rec_.data, "NEXT");
+}
+
+// A byte stream (a TCP proxy): everything up to the source's end of stream moves, the end is
+// what makes the splice done (not a failure), and the sink's own end is left to the caller.
+TEST_F(SpliceTest, UntilTheEndMovesAStreamAndStopsAtItsEnd) {
+  const size_t kLen = 5 * 1024 * 1024 + 3;
+  std::string data = Pattern(kLen, 3);
+  std::thread writer([&] {
+    WriteAll(up_.peer, data);
+    shutdown(up_.peer, SHUT_WR);
+  });
+  splicer_ = Splicer::Create(*source_, *sink_, Splicer::kUntilEnd, rec_);
+  ASSERT_TRUE(splicer_);
+  splicer_->Start();
+  std::string got;
+  std::thread reader([&] { got = ReadExactly(down_.peer, kLen); });
+  ASSERT_TRUE(d_.RunUntil([&] { return rec_.done || !rec_.failed.empty(); }, 20000));
+  reader.join();
+  writer.join();
+  EXPECT_EQ(rec_.failed, "");
+  EXPECT_EQ(rec_.progress, kLen);
+  EXPECT_TRUE(got == data) << "the stream differs";
+  // The sink is still open: no end of stream was sent for the caller.
+  char c;
+  EXPECT_EQ(recv(down_.peer, &c, 1, MSG_DONTWAIT), -1);
+  EXPECT_EQ(errno, EAGAIN);
+}
+
+// A source reset mid-stream is a failure, not an end.
+TEST_F(SpliceTest, UntilTheEndAResetFails) {
+  splicer_ = Splicer::Create(*source_, *sink_, Splicer::kUntilEnd, rec_);
+  ASSERT_TRUE(splicer_);
+  splicer_->Start();
+  WriteAll(up_.peer, "some bytes");
+  CloseWithReset(up_.peer);
+  up_.peer = -1;
+  ASSERT_TRUE(d_.RunUntil([&] { return rec_.done || !rec_.failed.empty(); }, 5000));
+  EXPECT_FALSE(rec_.done);
+  EXPECT_NE(rec_.failed, "");
 }
 
 // An upstream that sends its body with sendfile(2), as nginx does, all of it buffered on our side

@@ -298,3 +298,50 @@ TEST_F(WorkerClusterTest, WithoutSlowStartWeightsAreTheHostsOwn) {
 
 }  // namespace
 }  // namespace rpx
+
+namespace rpx {
+namespace {
+
+// ORIGINAL_DST: a pool per destination, made on first use, the same one for the same address
+// (with port_override applied), none for other clusters, and dropped once idle through a whole
+// cleanup interval.
+std::shared_ptr<ClusterInfo> OriginalDstInfo(std::optional<ClusterInfo::OriginalDst> od) {
+  auto info = std::make_shared<ClusterInfo>();
+  info->name = "od";
+  info->original_dst = od;
+  info->resources = std::make_shared<ClusterResources>(1024, 1024, 1024);
+  info->stats_slots = 1;
+  info->stats.reset(new ClusterStats[1]);
+  return info;
+}
+
+TEST(WorkerClusterOriginalDstTest, PoolsByDestinationAndTheirCleanup) {
+  Dispatcher d("t");
+  ClusterInfo::OriginalDst od;
+  od.cleanup_interval_ms = 20;
+  WorkerCluster c(d, 0, ClusterEntry{OriginalDstInfo(od), std::make_shared<HostSet>()});
+  EXPECT_EQ(c.ChoosePool(1), nullptr);  // no configured hosts
+  auto a = *SocketAddress::FromIpPort("10.0.0.1", 80);
+  auto b = *SocketAddress::FromIpPort("10.0.0.2", 80);
+  ConnPool* pa = c.PoolForOriginalDst(a);
+  ASSERT_NE(pa, nullptr);
+  EXPECT_EQ(pa->host().address.ToString(), "10.0.0.1:80");
+  EXPECT_EQ(c.PoolForOriginalDst(a), pa);
+  EXPECT_NE(c.PoolForOriginalDst(b), pa);
+  EXPECT_EQ(c.original_dst_pool_count(), 2u);
+  EXPECT_EQ(c.PoolForOriginalDst(SocketAddress()), nullptr);
+  // Unused and idle for a whole interval (two sweeps): gone.
+  ASSERT_TRUE(d.RunUntil([&] { return c.original_dst_pool_count() == 0; }, 5000));
+  EXPECT_TRUE(c.idle());
+
+  WorkerCluster plain(d, 0,
+                      ClusterEntry{OriginalDstInfo(std::nullopt), std::make_shared<HostSet>()});
+  EXPECT_EQ(plain.PoolForOriginalDst(a), nullptr);
+
+  od.port_override = 8080;
+  WorkerCluster over(d, 0, ClusterEntry{OriginalDstInfo(od), std::make_shared<HostSet>()});
+  EXPECT_EQ(over.PoolForOriginalDst(a)->host().address.ToString(), "10.0.0.1:8080");
+}
+
+}  // namespace
+}  // namespace rpx
