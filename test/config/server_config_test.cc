@@ -295,16 +295,49 @@ TEST(ServerConfigTest, DuplicateClusterName) {
   EXPECT_THAT(e, HasSubstr("static_resources.clusters[1].name: duplicate cluster name 'web'"));
 }
 
-TEST(ServerConfigTest, UnsupportedClusterTypeAndLbPolicy) {
+TEST(ServerConfigTest, UnsupportedLbPolicyAndOriginalDstRules) {
+  std::string e =
+      OnlyError(Replace(kGood, "lb_policy: RANDOM", "lb_policy: LOAD_BALANCING_POLICY_CONFIG"));
+  EXPECT_THAT(e, HasSubstr("static_resources.clusters[0].lb_policy: lb_policy "
+                           "LOAD_BALANCING_POLICY_CONFIG is not supported"));
+  e = OnlyError(Replace(kGood, "lb_policy: RANDOM", "lb_policy: CLUSTER_PROVIDED"));
+  EXPECT_THAT(e, HasSubstr("static_resources.clusters[0].lb_policy: CLUSTER_PROVIDED is for "
+                           "ORIGINAL_DST clusters only"));
+  // ORIGINAL_DST takes CLUSTER_PROVIDED and no endpoints.
   ServerConfig c;
   std::vector<std::string> errors;
-  std::string yaml =
-      Replace(kGood, "lb_policy: RANDOM", "lb_policy: CLUSTER_PROVIDED\n    type: ORIGINAL_DST");
-  EXPECT_FALSE(Build(yaml, &c, &errors));
+  EXPECT_FALSE(
+      Build(Replace(kGood, "lb_policy: RANDOM", "lb_policy: RANDOM\n    type: ORIGINAL_DST"), &c,
+            &errors));
   ASSERT_EQ(errors.size(), 2u);
-  EXPECT_THAT(errors[0], HasSubstr("static_resources.clusters[0].type: cluster type ORIGINAL_DST"));
-  EXPECT_THAT(errors[1],
-              HasSubstr("static_resources.clusters[0].lb_policy: lb_policy CLUSTER_PROVIDED"));
+  EXPECT_THAT(errors[0], HasSubstr("static_resources.clusters[0].lb_policy: an ORIGINAL_DST "
+                                   "cluster needs lb_policy CLUSTER_PROVIDED, not RANDOM"));
+  EXPECT_THAT(errors[1], HasSubstr("static_resources.clusters[0].load_assignment: an "
+                                   "ORIGINAL_DST cluster has no endpoints"));
+}
+
+TEST(ServerConfigTest, OriginalDstCluster) {
+  std::string yaml = kGood;
+  size_t from = yaml.find("    load_assignment:\n      cluster_name: web");
+  ASSERT_NE(from, std::string::npos);
+  // The cluster's endpoints are the last lines of kGood.
+  yaml.replace(from, std::string::npos,
+               "    cleanup_interval: 2s\n"
+               "    original_dst_lb_config:\n"
+               "      use_http_header: true\n"
+               "      http_header_name: X-Dst\n"
+               "      upstream_port_override: 9090\n");
+  yaml = Replace(yaml, "lb_policy: RANDOM", "lb_policy: CLUSTER_PROVIDED\n    type: ORIGINAL_DST");
+  ServerConfig c;
+  std::vector<std::string> errors;
+  ASSERT_TRUE(Build(yaml, &c, &errors)) << (errors.empty() ? "" : errors[0]);
+  const auto& od = c.clusters.at("web").info->original_dst;
+  ASSERT_TRUE(od.has_value());
+  EXPECT_TRUE(od->use_http_header);
+  EXPECT_EQ(od->http_header_name, "x-dst");
+  EXPECT_EQ(od->port_override, 9090u);
+  EXPECT_EQ(od->cleanup_interval_ms, 2000u);
+  EXPECT_TRUE(c.clusters.at("web").hosts->empty());
 }
 
 TEST(ServerConfigTest, UnsupportedFieldsAreErrorsNotIgnored) {

@@ -131,12 +131,12 @@ TEST(YamlLoaderTest, UnknownAnyTypeIsNamed) {
   EXPECT_FALSE(LoadYamlIntoMessage(R"(
 name: x
 typed_config:
-  "@type": type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy
+  "@type": type.googleapis.com/envoy.extensions.filters.network.redis_proxy.v3.RedisProxy
 )",
                                    "f.yaml", &f, &errors));
   ASSERT_EQ(errors.size(), 1u);
   EXPECT_THAT(errors[0], HasSubstr("typed_config.@type: unknown or unsupported type"));
-  EXPECT_THAT(errors[0], HasSubstr("TcpProxy"));
+  EXPECT_THAT(errors[0], HasSubstr("RedisProxy"));
 }
 
 TEST(YamlLoaderTest, InvalidYamlAndEmptyInput) {

@@ -385,7 +385,7 @@ def namespaces_work():
                     pass
                 _ns_result = (True, "")
             except NetnsError as e:
-                _ns_result = (False, "the kernel refuses network namespaces: %s" % e)
+                _ns_result = (False, "network namespaces cannot be made here: %s" % e)
     return _ns_result
 
 

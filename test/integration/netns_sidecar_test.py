@@ -13,18 +13,15 @@ the reference control plane (tools/xds_server, also in the app namespace):
 
 Skips with the reason only where the kernel refuses namespaces (or no iptables can be had)."""
 
-import hashlib
 import json
 import os
 import shutil
-import stat
-import subprocess
-import time
+import tempfile
 import unittest
 
 import netns
 from harness import (ADS_SOURCE, UPSTREAM_HTTP_OPTIONS, IntegrationTestCase, TestPki, XdsServer,
-                     make_tmpdir, remove_tmpdir, rpx_bin, to_yaml, wait_until, xds_bootstrap)
+                     remove_tmpdir, rpx_bin, to_yaml, wait_until, xds_bootstrap)
 
 HCM = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
 ROUTER = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
@@ -54,7 +51,14 @@ def tcp_proxy(stat_prefix, cluster, log=None):
     return {"filters": [{"name": "envoy.filters.network.tcp_proxy", "typed_config": cfg}]}
 
 
-def sidecar_resources(log_dir, route_version):
+SO_MARK = [{"description": "SO_MARK 0x539: the redirect rules let marked traffic pass",
+            "level": 1, "name": 36, "int_value": 0x539, "state": "STATE_PREBIND"}]
+
+
+def sidecar_resources(log_dir, route_version, mark=False, inline_routes=False):
+    """The sidecar's listeners, clusters and routes. `mark`: every cluster marks its sockets
+    (SO_MARK, through upstream_bind_config.socket_options) instead of relying on rpx's uid;
+    `inline_routes`: the service listener carries its route_config (a static bootstrap)."""
     http_log = file_log(os.path.join(log_dir, "http.log"),
                         "%REQ(:PATH)% %RESPONSE_CODE% %UPSTREAM_HOST% %DOWNSTREAM_LOCAL_ADDRESS%\n")
     tcp_log = file_log(os.path.join(log_dir, "tcp.log"),
@@ -99,6 +103,10 @@ def sidecar_resources(log_dir, route_version):
                               "typed_config": {"@type": ORIGINAL_DST}}],
         "filter_chains": [tcp_proxy("inbound", "InboundPassthroughCluster", tcp_log)],
     }
+    if inline_routes:
+        hcm = service["filter_chains"][0]["filters"][0]["typed_config"]
+        del hcm["rds"]
+        hcm["route_config"] = None  # filled in below, once the routes are built
     http_opts = {UPSTREAM_HTTP_OPTIONS: {"@type": "type.googleapis.com/" + UPSTREAM_HTTP_OPTIONS,
                                          "explicit_http_config": {"http_protocol_options": {}}}}
     clusters = [
@@ -120,6 +128,14 @@ def sidecar_resources(log_dir, route_version):
         "routes": [{"match": {"prefix": "/"}, "route": {"cluster": "svc_8080"},
                     "request_headers_to_add": [{"header": {"key": "x-sidecar-route",
                                                            "value": route_version}}]}]}]}]
+    if mark:
+        for c in clusters:
+            c.setdefault("upstream_bind_config", {"source_address": {"address": "0.0.0.0",
+                                                                     "port_value": 0}})
+            c["upstream_bind_config"]["socket_options"] = SO_MARK
+    if inline_routes:
+        service["filter_chains"][0]["filters"][0]["typed_config"]["route_config"] = routes[0]
+        routes = []
     return {"listeners": [outbound, service, inbound], "clusters": clusters, "routes": routes}
 
 
@@ -129,7 +145,8 @@ class NetnsSidecarTest(IntegrationTestCase):
         ok, why = netns.available()
         if not ok:
             self.skipTest(why)
-        self.tmp = make_tmpdir("rpx-it-sidecar-")
+        # Under /tmp, not $TMPDIR: Bazel points that into /root, where uid 1337 cannot go.
+        self.tmp = tempfile.mkdtemp(prefix="rpx-it-sidecar-", dir="/tmp")
         self.addCleanup(remove_tmpdir, self.tmp)
         # rpx runs as uid 1337, which may not read the test's files where they are (the bazel
         # output tree lives under /root): it gets a copy of its binary, its bootstrap and a log
@@ -144,9 +161,6 @@ class NetnsSidecarTest(IntegrationTestCase):
         self.topo = netns.Topology(app_ip=APP_IP, svc_ip=SVC_IP)
         self.addCleanup(self.topo.close)
         self.app, self.svc = self.topo.app, self.topo.svc
-        netns.install_redirect(self.app, proxy_uid=UID,
-                               exclude_inbound_ports=[netns.ADMIN_PORT],
-                               inbound_interface=self.topo.app_if)
         self.pki = TestPki()
         self.addCleanup(self.pki.cleanup)
         cert, key = self.pki.cert("secure", ["DNS:secure.svc.example"])
@@ -157,20 +171,34 @@ class NetnsSidecarTest(IntegrationTestCase):
         self.assertEqual(netns.wait_line(svc_peers), "ready")
         app_peer = self.topo.start(self.app, ["/usr/bin/python3", peers, "app", APP_IP])
         self.assertEqual(netns.wait_line(app_peer), "ready")
-        # The control plane, on the app namespace's loopback (never captured).
+
+    def start_with_control_plane(self):
+        """rpx as uid 1337 (exempt from capture by the owner rule), every listener and cluster
+        from the reference control plane on the app namespace's loopback (never captured)."""
+        netns.install_redirect(self.app, proxy_uid=UID,
+                               exclude_inbound_ports=[netns.ADMIN_PORT],
+                               inbound_interface=self.topo.app_if)
         self.xds = XdsServer(wrap=[netns._ip(), "netns", "exec", self.app], checked=True)
         self.addCleanup(self.xds.cleanup)
         self.xds.start()
         mark = self.xds.write_resources("sidecar.yaml", **sidecar_resources(self.logs, "v1"))
         boot = xds_bootstrap(self.xds.port, admin_port=netns.ADMIN_PORT, node_id="sidecar-1")
+        self.start_rpx_in_app(boot, uid=UID)
+        self.xds.wait_ack("RDS", mark)
+
+    def start_rpx_in_app(self, boot, uid):
         path = os.path.join(self.tmp, "bootstrap.yaml")
         with open(path, "w") as f:
             f.write(to_yaml(boot))
         os.chmod(path, 0o644)
         self.proxy = self.topo.start(self.app, [self.rpx, "-c", path, "--concurrency", "2",
-                                                "-l", "warn"], uid=UID, gid=UID)
-        wait_until(lambda: self.admin("/ready")[0] == "200", timeout=20, what="rpx ready")
-        self.xds.wait_ack("RDS", mark)
+                                                "-l", "warn"], uid=uid, gid=uid)
+        def ready():
+            if self.proxy.poll() is not None:
+                raise AssertionError("rpx exited %s: %s" % (self.proxy.returncode,
+                                                            self.proxy.stderr.read().decode()))
+            return self.admin("/ready")[0] == "200"
+        wait_until(ready, timeout=20, what="rpx ready")
 
     def admin(self, path):
         r = netns.exec_in(self.app, ["curl", "-s", "-o", "/dev/stderr", "-w", "%{http_code}",
@@ -194,7 +222,36 @@ class NetnsSidecarTest(IntegrationTestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         return r.stdout
 
+    def test_static_bootstrap_with_marked_sockets(self):
+        # The same listeners and clusters from a bootstrap file, and the other loop-safety rule:
+        # rpx runs as root, and the rules let through what carries mark 0x539, which every
+        # cluster sets on its sockets (SO_MARK through upstream_bind_config.socket_options).
+        netns.install_redirect(self.app, proxy_uid=None, mark=0x539,
+                               exclude_inbound_ports=[netns.ADMIN_PORT],
+                               inbound_interface=self.topo.app_if)
+        res = sidecar_resources(self.logs, "static", mark=True, inline_routes=True)
+        boot = {"node": {"id": "sidecar-static", "cluster": "app"},
+                "admin": {"address": {"socket_address": {"address": "127.0.0.1",
+                                                         "port_value": netns.ADMIN_PORT}}},
+                "static_resources": {"listeners": res["listeners"], "clusters": res["clusters"]}}
+        self.start_rpx_in_app(boot, uid=0)
+        body = json.loads(self.curl(self.app, "http://%s:8080/static" % SVC_IP))
+        self.assertEqual(body["headers"].get("x-sidecar-route"), "static")
+        script = ("import socket\n"
+                  "s=socket.create_connection(('%s',9000),timeout=10)\n"
+                  "s.sendall(b'marked'); s.shutdown(socket.SHUT_WR)\n"
+                  "print(s.recv(100).decode())\n" % SVC_IP)
+        self.assertEqual(netns.exec_in(self.app, ["/usr/bin/python3", "-c", script]).stdout.strip(),
+                         "marked")
+        body = json.loads(self.curl(self.svc, "http://%s:9080/in" % APP_IP))
+        self.assertEqual(body["server"], "app")
+        s = self.stats()
+        # Two client connections captured, and none of rpx's own (marked) came back.
+        self.assertEqual(s["listener.virtualOutbound.downstream_cx_total"], 2)
+        self.assertEqual(s["listener.virtualInbound.downstream_cx_total"], 1)
+
     def test_outbound_inbound_and_passthrough(self):
+        self.start_with_control_plane()
         # HTTP to the service's real address: captured, handed to the service's virtual listener,
         # routed by the pushed route, forwarded with rpx's headers.
         body = json.loads(self.curl(self.app, "http://%s:8080/hello" % SVC_IP))
