@@ -59,7 +59,7 @@ class Http2ServerConnection::Stream : public ResponseEncoder, public DeferredDel
   bool peer_certificate_validated() const override;
   std::string remote_address() const override { return parent_.peer_.ToString(); }
   std::string local_address() const override;
-  SocketAddress local_socket_address() const override;
+  SocketAddress original_destination() const override;
   std::string requested_server_name() const override;
   std::string tls_version() const override;
   std::string tls_cipher() const override;
@@ -1095,8 +1095,9 @@ std::string Http2ServerConnection::Stream::local_address() const {
   return a.len ? a.ToString() : "";
 }
 
-SocketAddress Http2ServerConnection::Stream::local_socket_address() const {
-  return parent_.conn_->LocalAddress();
+SocketAddress Http2ServerConnection::Stream::original_destination() const {
+  return parent_.conn_->has_original_destination() ? parent_.conn_->LocalAddress()
+                                                   : SocketAddress();
 }
 
 bool Http2ServerConnection::Stream::PeerCertificate(PeerCertificateInfo* out) const {

@@ -137,7 +137,9 @@ std::string ServerConnection::local_address() const {
   return a.len ? a.ToString() : "";
 }
 
-SocketAddress ServerConnection::local_socket_address() const { return conn_->LocalAddress(); }
+SocketAddress ServerConnection::original_destination() const {
+  return conn_->has_original_destination() ? conn_->LocalAddress() : SocketAddress();
+}
 
 std::string ServerConnection::requested_server_name() const {
   if (conn_->plaintext()) return "";

@@ -66,7 +66,7 @@ class ServerConnection : public DownstreamConnection,
   bool peer_certificate_validated() const override;
   std::string remote_address() const override;
   std::string local_address() const override;
-  SocketAddress local_socket_address() const override;
+  SocketAddress original_destination() const override;
   std::string requested_server_name() const override;
   std::string tls_version() const override;
   std::string tls_cipher() const override;

@@ -65,9 +65,9 @@ class ResponseEncoder {
   // SNI the client sent, the TLS version and cipher.
   virtual std::string remote_address() const { return ""; }
   virtual std::string local_address() const { return ""; }
-  // The downstream connection's local address: its original destination when the original_dst
-  // listener filter restored one (an ORIGINAL_DST cluster sends the request there).
-  virtual SocketAddress local_socket_address() const { return SocketAddress(); }
+  // The downstream connection's original destination, when the original_dst listener filter
+  // restored one (an ORIGINAL_DST cluster sends the request there); len 0 otherwise.
+  virtual SocketAddress original_destination() const { return SocketAddress(); }
   virtual std::string requested_server_name() const { return ""; }
   virtual std::string tls_version() const { return ""; }
   virtual std::string tls_cipher() const { return ""; }

@@ -310,7 +310,9 @@ void RouterStream::OnRequestHeaders(RequestHead& head, bool end_stream) {
       }
       dst = *a;
     } else {
-      dst = encoder_.local_socket_address();
+      // Only a restored destination: a connection made to rpx's own address (not redirected)
+      // would otherwise be sent back to rpx, over and over (Envoy's rule too).
+      dst = encoder_.original_destination();
     }
     pool_ = cluster_->PoolForOriginalDst(dst);
   } else {

@@ -73,7 +73,9 @@ bool TcpProxySession::Connect() {
     return false;
   }
   if (cluster_->info().original_dst) {
-    pool_ = cluster_->PoolForOriginalDst(local_);
+    // Only a restored destination: a connection made to rpx's own address (not redirected) would
+    // otherwise be sent back to rpx, over and over (Envoy's rule too).
+    if (downstream_->has_original_destination()) pool_ = cluster_->PoolForOriginalDst(local_);
   } else {
     pool_ = cluster_->ChoosePool(random_.Next());
   }

@@ -359,6 +359,22 @@ class TcpProxyTest(IntegrationTestCase):
                            input=b"", capture_output=True, timeout=20)
         self.assertEqual(proxy.stat("tcp.other.downstream_cx_total"), 1)
 
+    def test_original_dst_needs_a_restored_destination(self):
+        # A connection made to the capture port itself (not redirected) has no original
+        # destination: an ORIGINAL_DST cluster has no host for it (sending it to the listener's
+        # own address would loop back into rpx until the circuit breaker stopped it).
+        port = free_port()
+        od = {"name": "Passthrough", "type": "ORIGINAL_DST", "lb_policy": "CLUSTER_PROVIDED",
+              "connect_timeout": "1s"}
+        listener = tcp_listener("capture", port, [tcp_chain("pass", "Passthrough")])
+        listener["listener_filters"] = [{"name": "envoy.filters.listener.original_dst"}]
+        listener["use_original_dst"] = True
+        proxy = self.start_rpx(bootstrap([listener], [od]))
+        c = self.connect(port)
+        self.assertEqual(read_all(c), b"")  # closed at once
+        self.assertEqual(proxy.stat("tcp.pass.downstream_cx_no_route"), 1)
+        self.assertEqual(proxy.stat("cluster.Passthrough.upstream_cx_total"), 0)
+
     def test_bad_configs_are_refused_by_name(self):
         port = free_port()
         self.assert_refused(bootstrap([tcp_listener("t", port, [tcp_chain("", "E")])],
@@ -415,6 +431,9 @@ class OriginalDstHeaderTest(IntegrationTestCase):
         r = curl("http://127.0.0.1:%d/x" % port, "-H", "x-envoy-original-dst-host: nonsense")
         self.assertEqual(r.status, 503)
         self.assertIn(b"x-envoy-original-dst-host", r.body)
+        # No header and no restored destination: no host (not rpx's own address, a loop).
+        r = curl("http://127.0.0.1:%d/x" % port)
+        self.assertEqual(r.status, 503)
         self.assertEqual(proxy.stat("cluster.od.upstream_cx_total"), 2)
 
 
