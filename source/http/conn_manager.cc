@@ -27,7 +27,7 @@ void StreamEnded(const HttpConfig& config, HttpStats& stats, Dispatcher& dispatc
 }
 
 FormatContext Context(const HttpConfig& config, const RequestHead* request,
-                      const ResponseEncoder* downstream) {
+                      const DownstreamInfo* downstream) {
   FormatContext ctx;
   ctx.request = request;
   ctx.downstream = downstream;

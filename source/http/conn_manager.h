@@ -41,7 +41,7 @@ void StreamEnded(const HttpConfig& config, HttpStats& stats, Dispatcher& dispatc
 
 // What formatters read about a stream (access logs, local replies, header formatters).
 FormatContext Context(const HttpConfig& config, const RequestHead* request,
-                      const ResponseEncoder* downstream);
+                      const DownstreamInfo* downstream);
 
 // Writes the access log lines of `info` (whose end is now).
 void LogStream(const HttpConfig& config, uint32_t worker, StreamInfo& info,

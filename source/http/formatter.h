@@ -26,7 +26,7 @@ struct FormatContext {
   const RequestHead* request = nullptr;
   const HeaderMap* response_headers = nullptr;
   const HeaderMap* response_trailers = nullptr;
-  const ResponseEncoder* downstream = nullptr;    // the downstream connection's facts
+  const DownstreamInfo* downstream = nullptr;     // the downstream connection's facts
   const std::string* local_reply_body = nullptr;  // %LOCAL_REPLY_BODY%, in local_reply_config
   const std::string* scheme = nullptr;            // scheme_header_transformation's, for :scheme
 };

@@ -25,9 +25,34 @@ namespace rpx {
 
 class Connection;
 
-class ResponseEncoder {
+// What is known about a downstream connection, for routing (tls_context matches, ORIGINAL_DST)
+// and for access logs and header formatters: an HTTP stream's encoder answers it, and so does a
+// TCP proxy session, which has no response to encode.
+class DownstreamInfo {
  public:
-  virtual ~ResponseEncoder() = default;
+  virtual ~DownstreamInfo() = default;
+  virtual std::string remote_ip() const = 0;  // the client's address, without the port
+  virtual bool is_tls() const = 0;
+  // The client's TLS certificate (mTLS); false when there is none.
+  virtual bool PeerCertificate(PeerCertificateInfo* out) const { return false; }
+  // Cheap facts for a route's tls_context match: the client sent a certificate, and it passed
+  // the listener's validation context.
+  virtual bool peer_certificate_presented() const { return false; }
+  virtual bool peer_certificate_validated() const { return false; }
+  // Facts for access logs and header formatters ("" when unknown): "ip:port" of each end, the
+  // SNI the client sent, the TLS version and cipher.
+  virtual std::string remote_address() const { return ""; }
+  virtual std::string local_address() const { return ""; }
+  // The downstream connection's original destination, when the original_dst listener filter
+  // restored one (an ORIGINAL_DST cluster sends the request there); len 0 otherwise.
+  virtual SocketAddress original_destination() const { return SocketAddress(); }
+  virtual std::string requested_server_name() const { return ""; }
+  virtual std::string tls_version() const { return ""; }
+  virtual std::string tls_cipher() const { return ""; }
+};
+
+class ResponseEncoder : public DownstreamInfo {
+ public:
   virtual void EncodeHeaders(ResponseHead& head, bool end_stream) = 0;
   virtual void EncodeData(const char* data, size_t len, bool end_stream) = 0;
   // Ends the response with trailers (HTTP/2; the HTTP/1 codec ends the body and drops them, as
@@ -53,24 +78,6 @@ class ResponseEncoder {
   // `bytes` of the body reached the client through SpliceTarget() (keeps the stream alive).
   virtual void OnDataSpliced(uint64_t bytes) {}
   virtual bool response_started() const = 0;
-  virtual std::string remote_ip() const = 0;  // the client's address, without the port
-  virtual bool is_tls() const = 0;
-  // The client's TLS certificate (mTLS); false when there is none.
-  virtual bool PeerCertificate(PeerCertificateInfo* out) const { return false; }
-  // Cheap facts for a route's tls_context match: the client sent a certificate, and it passed
-  // the listener's validation context.
-  virtual bool peer_certificate_presented() const { return false; }
-  virtual bool peer_certificate_validated() const { return false; }
-  // Facts for access logs and header formatters ("" when unknown): "ip:port" of each end, the
-  // SNI the client sent, the TLS version and cipher.
-  virtual std::string remote_address() const { return ""; }
-  virtual std::string local_address() const { return ""; }
-  // The downstream connection's original destination, when the original_dst listener filter
-  // restored one (an ORIGINAL_DST cluster sends the request there); len 0 otherwise.
-  virtual SocketAddress original_destination() const { return SocketAddress(); }
-  virtual std::string requested_server_name() const { return ""; }
-  virtual std::string tls_version() const { return ""; }
-  virtual std::string tls_cipher() const { return ""; }
   // What happened to this stream so far; the handler adds what it decides (route, cluster,
   // upstream host, why it answered locally). Valid until the stream ends.
   virtual StreamInfo& stream_info() = 0;

@@ -112,24 +112,18 @@ class TcpProxySession : public DownstreamConnection {
     TcpProxySession& s_;
   };
   // The downstream facts an access log prints (addresses, TLS), for the formatter's
-  // downstream operators; a TCP stream has no response to encode.
-  class DownstreamFacts : public ResponseEncoder {
+  // downstream operators.
+  class DownstreamFacts : public DownstreamInfo {
    public:
     explicit DownstreamFacts(TcpProxySession& s) : s_(s) {}
-    void EncodeHeaders(ResponseHead&, bool) override {}
-    void EncodeData(const char*, size_t, bool) override {}
-    void Encode100Continue() override {}
-    void SendLocalReply(int, std::string_view, const HeaderMap*, std::string_view) override {}
-    void ResetStream() override {}
-    void ReadDisable(bool) override {}
-    void SetStreamIdleTimeout(uint64_t) override {}
-    bool response_started() const override { return false; }
     std::string remote_ip() const override { return s_.peer_.Ip(); }
     bool is_tls() const override { return !s_.downstream_->plaintext(); }
     std::string remote_address() const override { return s_.peer_.ToString(); }
     std::string local_address() const override { return s_.local_.ToString(); }
+    SocketAddress original_destination() const override {
+      return s_.downstream_->has_original_destination() ? s_.local_ : SocketAddress();
+    }
     std::string requested_server_name() const override;
-    StreamInfo& stream_info() override { return s_.info_; }
 
    private:
     TcpProxySession& s_;

@@ -14,23 +14,14 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 
 // The downstream connection's facts, as a ServerConnection gives them.
-class FakeDownstream : public ResponseEncoder {
+class FakeDownstream : public DownstreamInfo {
  public:
-  void EncodeHeaders(ResponseHead&, bool) override {}
-  void EncodeData(const char*, size_t, bool) override {}
-  void Encode100Continue() override {}
-  void SendLocalReply(int, std::string_view, const HeaderMap*, std::string_view) override {}
-  void ResetStream() override {}
-  void ReadDisable(bool) override {}
-  void SetStreamIdleTimeout(uint64_t) override {}
-  bool response_started() const override { return false; }
   std::string remote_ip() const override { return "10.0.0.7"; }
   bool is_tls() const override { return tls; }
   std::string remote_address() const override { return "10.0.0.7:51234"; }
   std::string local_address() const override { return "[::1]:10000"; }
   std::string requested_server_name() const override { return tls ? "api.example.com" : ""; }
   std::string tls_version() const override { return tls ? "TLSv1.3" : ""; }
-  StreamInfo& stream_info() override { return info; }
   bool tls = false;
   StreamInfo info;
 };

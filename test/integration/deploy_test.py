@@ -542,13 +542,7 @@ class RedirectScriptInNamespaceTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        ok, why = netns.namespaces_work()
-        if not ok:
-            raise unittest.SkipTest(why)
-        netns.cleanup_stale()
-        ok, why = netns.available()
-        if not ok:
-            raise AssertionError(why)
+        netns.require()
         cls.iptables = netns.iptables_bin()
 
     def script_in(self, ns, *args):

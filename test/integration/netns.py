@@ -478,6 +478,19 @@ def available():
 IPTABLES = None  # set by available()
 
 
+def require():
+    """For tests: skips (unittest.SkipTest) where namespaces cannot be made, removes what killed
+    runs left behind, and fails (AssertionError, with the reason) where no iptables works."""
+    import unittest
+    ok, why = namespaces_work()
+    if not ok:
+        raise unittest.SkipTest(why)
+    cleanup_stale()
+    ok, why = available()
+    if not ok:
+        raise AssertionError(why)
+
+
 def iptables_bin():
     """The iptables binary available() chose (it runs available() when not done yet)."""
     if IPTABLES is None:

@@ -29,22 +29,12 @@ def reply(line):
     return tuple(parts)
 
 
-def require_topology():
-    ok, why = netns.namespaces_work()
-    if not ok:
-        raise unittest.SkipTest(why)
-    netns.cleanup_stale()
-    ok, why = netns.available()
-    if not ok:
-        raise AssertionError(why)
-
-
 class RedirectTest(unittest.TestCase):
     """One topology for the class; each test installs the rule set it needs."""
 
     @classmethod
     def setUpClass(cls):
-        require_topology()
+        netns.require()
         cls.t = netns.Topology()
         try:
             t = cls.t
@@ -174,7 +164,7 @@ class TeardownTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        require_topology()
+        netns.require()
 
     def links(self):
         return subprocess.run(["ip", "-o", "link"], capture_output=True, text=True,
