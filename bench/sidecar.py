@@ -478,7 +478,7 @@ class Bench:
             argv = ["taskset", "-c", a.proxy_cpu, self.rpx_bin, "-c", self.boot_paths[name],
                     "--concurrency", "1", "-l", "warn", "--drain-time-s", "0",
                     "--service-node", "sidecar-bench-%s" % name,
-                    "--service-cluster", "sidecar-bench"]
+                    "--service-cluster", "sidecar-bench"] + a.rpx_args.split()
             self.rpx[name] = self.topo.start(ns, argv, uid=UID, gid=UID, stdout=out,
                                              stderr=subprocess.STDOUT)
             out.close()
@@ -988,6 +988,8 @@ def parse_args(argv):
                          "one listed in the host's net.ipv4.tcp_allowed_congestion_control; "
                          "the host is not touched")
     ap.add_argument("--keep-tmp", action="store_true")
+    ap.add_argument("--rpx-args", default="",
+                    help="extra rpx arguments for both sidecars (e.g. \"--batch-wait-us 0\")")
     a = ap.parse_args(argv)
     try:
         a.rates = [int(x) for x in a.rates.split(",") if x.strip()]
