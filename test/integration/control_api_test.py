@@ -54,9 +54,15 @@ class ControlApiTest(IntegrationTestCase):
         boot = xds_bootstrap(self.xds.port, node_id=node_id, lds=False, cds=True,
                              listeners=[rds_listener("main", port, "r")])
         boot["node"]["cluster"] = group
+        extra = []
         if node_id == "node-a":
             boot["node"]["metadata"] = {"ring": "0"}
-        proxy = self.start_rpx(boot, concurrency=1)
+        if node_id == "node-b":
+            # Identity from the command line, as a pod spec passes it (docs/sidecar.md).
+            boot["node"]["id"] = boot["node"]["cluster"] = "from-the-file"
+            extra = ["--service-node", node_id, "--service-cluster", group,
+                     "--service-zone", "zone-b"]
+        proxy = self.start_rpx(boot, concurrency=1, extra_args=extra)
         self.nodes[node_id] = (proxy, port, boot)
         return proxy
 
@@ -117,6 +123,7 @@ class ControlApiTest(IntegrationTestCase):
             self.assertTrue(s["address"].startswith("ipv4:127.0.0.1:"), s["address"])
             acked = {t["type"]: t["acked_version"] for t in s["types"]}
             self.assertEqual(acked["RDS"], "2")
+            self.assertEqual(s.get("zone", ""), "zone-b" if node_id == "node-b" else "")
         text = self.ctl("status").stdout
         for node_id, _ in NODES:
             self.assertRegex(text, r"(?m)^%s\s+\S+\s+connected\s+2\s+2\s" % node_id)

@@ -129,6 +129,9 @@ class SessionBase {
     opened_ = true;
     node_.id = OneLine(node.id());
     node_.cluster = OneLine(node.cluster());
+    node_.region = OneLine(node.locality().region());
+    node_.zone = OneLine(node.locality().zone());
+    node_.sub_zone = OneLine(node.locality().sub_zone());
     for (const auto& [key, value] : node.metadata().fields()) {
       if (value.kind_case() == google::protobuf::Value::kStringValue) {
         node_.metadata[key] = value.string_value();

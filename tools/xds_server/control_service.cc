@@ -236,6 +236,9 @@ grpc::Status ControlService::GetFleetStatus(grpc::ServerContext*, const pb::Flee
     s->set_streams(n.streams);
     s->set_current_version(Fleet::CurrentVersion(n));
     for (const auto& [k, v] : n.info.metadata) (*s->mutable_metadata())[k] = v;
+    s->set_region(n.info.region);
+    s->set_zone(n.info.zone);
+    s->set_sub_zone(n.info.sub_zone);
     // Listed in the order people read a config in.
     for (ResourceType t : {ResourceType::kListener, ResourceType::kRoute, ResourceType::kCluster,
                            ResourceType::kEndpoint, ResourceType::kSecret}) {

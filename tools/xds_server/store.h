@@ -37,6 +37,7 @@ struct NodeInfo {
   std::string id;
   std::string cluster;
   std::map<std::string, std::string> metadata;  // node.metadata's string values
+  std::string region, zone, sub_zone;           // node.locality
 };
 
 // Which nodes a version is for. Empty: every node.
