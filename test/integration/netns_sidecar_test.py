@@ -250,6 +250,53 @@ class NetnsSidecarTest(IntegrationTestCase):
         self.assertEqual(s["listener.virtualOutbound.downstream_cx_total"], 2)
         self.assertEqual(s["listener.virtualInbound.downstream_cx_total"], 1)
 
+    def test_ipv6_capture(self):
+        # IPv6: ip6tables REDIRECT to an IPv6 listener; the original destination comes from
+        # IP6T_SO_ORIGINAL_DST and the ORIGINAL_DST cluster connects there.
+        app6, svc6 = "fd00:213::1", "fd00:213::2"
+        for ns, a in ((self.app, app6), (self.svc, svc6)):
+            netns.exec_in(ns, [netns._ip(), "-6", "addr", "add", a + "/64", "dev", "eth0",
+                               "nodad"])
+        ip6 = netns.iptables_bin().replace("iptables", "ip6tables")
+        for rule in (["-A", "OUTPUT", "-p", "tcp", "-m", "owner", "--uid-owner", str(UID),
+                      "-j", "RETURN"],
+                     ["-A", "OUTPUT", "-p", "tcp", "-d", svc6 + "/128", "-j", "REDIRECT",
+                      "--to-ports", str(netns.OUTBOUND_PORT)]):
+            netns.exec_in(self.app, [ip6, "-t", "nat"] + rule)
+        echo = ("import socket\n"
+                "l=socket.socket(socket.AF_INET6); l.setsockopt(socket.SOL_SOCKET,"
+                "socket.SO_REUSEADDR,1); l.bind(('%s',9006)); l.listen(8); print('ready',"
+                "flush=True)\n"
+                "while True:\n"
+                "  c,_=l.accept(); d=c.recv(1000); c.sendall(b'v6 echo: '+d); c.close()\n" % svc6)
+        peer = self.topo.start(self.svc, ["/usr/bin/python3", "-c", echo])
+        self.assertEqual(netns.wait_line(peer), "ready")
+        res = sidecar_resources(self.logs, "v6")
+        outbound = res["listeners"][0]
+        outbound["address"] = {"socket_address": {"address": "::",
+                                                  "port_value": netns.OUTBOUND_PORT}}
+        outbound["use_original_dst"] = False
+        boot = {"node": {"id": "sidecar-v6", "cluster": "app"},
+                "admin": {"address": {"socket_address": {"address": "127.0.0.1",
+                                                         "port_value": netns.ADMIN_PORT}}},
+                "static_resources": {"listeners": [outbound],
+                                     "clusters": [c for c in res["clusters"]
+                                                  if c["name"] in ("PassthroughCluster",
+                                                                   "svc_tls")]}}
+        self.start_rpx_in_app(boot, uid=UID)
+        script = ("import socket\n"
+                  "s=socket.create_connection(('%s',9006),timeout=10)\n"
+                  "s.sendall(b'hello'); print(s.recv(100).decode())\n" % svc6)
+        r = netns.exec_in(self.app, ["/usr/bin/python3", "-c", script])
+        self.assertEqual(r.stdout.strip(), "v6 echo: hello")
+        s = self.stats()
+        self.assertEqual(s["tcp.PassthroughCluster.downstream_cx_total"], 1)
+        path = os.path.join(self.logs, "tcp.log")
+        wait_until(lambda: os.path.exists(path) and open(path).read(), timeout=10,
+                   what="the tcp log line")
+        self.assertTrue(open(path).read().startswith(
+            "PassthroughCluster [%s]:9006 [%s]:9006 5 " % (svc6, svc6)), open(path).read())
+
     def test_outbound_inbound_and_passthrough(self):
         self.start_with_control_plane()
         # HTTP to the service's real address: captured, handed to the service's virtual listener,
