@@ -57,16 +57,17 @@ HttpInspectResult InspectHttp(const uint8_t* data, size_t len) {
   return minor == '1' ? HttpInspectResult::kHttp11 : HttpInspectResult::kHttp10;
 }
 
-std::string_view HttpInspectProtocol(HttpInspectResult r) {
+const std::vector<std::string>* HttpInspectProtocols(HttpInspectResult r) {
+  static const std::vector<std::string> kHttp10{"http/1.0"}, kHttp11{"http/1.1"}, kH2c{"h2c"};
   switch (r) {
     case HttpInspectResult::kHttp10:
-      return "http/1.0";
+      return &kHttp10;
     case HttpInspectResult::kHttp11:
-      return "http/1.1";
+      return &kHttp11;
     case HttpInspectResult::kH2c:
-      return "h2c";
+      return &kH2c;
     default:
-      return "";
+      return nullptr;
   }
 }
 

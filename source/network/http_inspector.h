@@ -8,7 +8,8 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <string_view>
+#include <string>
+#include <vector>
 
 namespace rpx {
 
@@ -26,7 +27,8 @@ constexpr size_t kMaxHttpInspectBytes = 8 * 1024;
 //   the target, another version, no CRLF within kMaxHttpInspectBytes).
 HttpInspectResult InspectHttp(const uint8_t* data, size_t len);
 
-// "http/1.0", "http/1.1", "h2c" (Envoy's names), or "" for the other results.
-std::string_view HttpInspectProtocol(HttpInspectResult r);
+// What the connection offers, as filter_chain_match's application_protocols reads it: a one-entry
+// list with Envoy's name ("http/1.0", "http/1.1", "h2c"), or nullptr for the other results.
+const std::vector<std::string>* HttpInspectProtocols(HttpInspectResult r);
 
 }  // namespace rpx

@@ -348,7 +348,7 @@ void Worker::Inspection::OnReadable(uint32_t) {
   }
   HttpInspectResult r = InspectHttp(buf, static_cast<size_t>(n));
   if (r == HttpInspectResult::kNeedMoreData) return;
-  Finish(nullptr, HttpInspectProtocol(r));
+  Finish(nullptr, HttpInspectProtocols(r));
 }
 
 void Worker::Inspection::OnTimeout() {
@@ -362,7 +362,8 @@ void Worker::Inspection::OnTimeout() {
   dispatcher_.DeferredDelete(std::unique_ptr<DeferredDeletable>(this));
 }
 
-void Worker::Inspection::Finish(const ClientHelloInfo* hello, std::string_view http_protocol) {
+void Worker::Inspection::Finish(const ClientHelloInfo* hello,
+                                const std::vector<std::string>* http_protocols) {
   ActiveListener& l = *listener_;
   const ListenerConfig& c = *l.config;
   ConnectionFacts facts;
@@ -370,18 +371,12 @@ void Worker::Inspection::Finish(const ClientHelloInfo* hello, std::string_view h
   if (c.needs_local_address) {
     facts.local = original_dst_.len ? original_dst_ : SocketAddress::LocalOf(fd_);
   }
-  // http_inspector's finding, as a one-entry protocol list.
-  static const std::vector<std::string> kHttp10{"http/1.0"}, kHttp11{"http/1.1"}, kH2c{"h2c"};
   if (hello) {
     facts.transport_protocol = "tls";
     facts.server_name = hello->server_name;
     facts.application_protocols = &hello->alpn;
-  } else if (http_protocol == "http/1.1") {
-    facts.application_protocols = &kHttp11;
-  } else if (http_protocol == "http/1.0") {
-    facts.application_protocols = &kHttp10;
-  } else if (http_protocol == "h2c") {
-    facts.application_protocols = &kH2c;
+  } else {
+    facts.application_protocols = http_protocols;
   }
   int chain = c.SelectChain(facts);
   timer_.Disable();

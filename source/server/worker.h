@@ -159,7 +159,8 @@ class Worker {
     void OnTimeout();
     // Chooses the chain with what was found (a ClientHello, or the protocol http_inspector saw)
     // and hands the socket on (or closes it).
-    void Finish(const ClientHelloInfo* hello, std::string_view http_protocol = "");
+    void Finish(const ClientHelloInfo* hello,
+                const std::vector<std::string>* http_protocols = nullptr);
     // Leaves the listener's list (before a deferred delete, after which the listener may be
     // gone).
     void Unlink();

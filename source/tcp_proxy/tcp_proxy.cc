@@ -46,7 +46,9 @@ void TcpProxySession::Start() {
   stats_.downstream_cx_total.Inc();
   info_.start_ns = MonotonicNowNs();
   info_.start_unix_ns = UnixNowNs();
-  local_ = downstream_->LocalAddress();
+  // Kept for the logs only, which may be written once the socket is closed (no getsockname
+  // per connection otherwise).
+  if (!config_->access_logs.empty()) local_ = downstream_->LocalAddress();
   downstream_->SetCallbacks(this);
   downstream_->EnableHalfClose();
   // Nothing is read until the upstream connection is up: the client's bytes wait in its socket
@@ -65,19 +67,21 @@ void TcpProxySession::Start() {
 }
 
 bool TcpProxySession::Connect() {
-  cluster_ = clusters_.Get(*cluster_name_);
-  if (!cluster_) {
+  WorkerCluster* cluster = clusters_.Get(*cluster_name_);
+  if (!cluster) {
     stats_.downstream_cx_no_route.Inc();
     RPX_LOG(kDebug, "tcp_proxy %s: cluster '%s' not found", config_->stat_prefix, *cluster_name_);
     Finish(kNoClusterFound, false);
     return false;
   }
-  if (cluster_->info().original_dst) {
+  if (cluster->info().original_dst) {
     // Only a restored destination: a connection made to rpx's own address (not redirected) would
     // otherwise be sent back to rpx, over and over (Envoy's rule too).
-    if (downstream_->has_original_destination()) pool_ = cluster_->PoolForOriginalDst(local_);
+    if (downstream_->has_original_destination()) {
+      pool_ = cluster->PoolForOriginalDst(downstream_->LocalAddress());
+    }
   } else {
-    pool_ = cluster_->ChoosePool(random_.Next());
+    pool_ = cluster->ChoosePool(random_.Next());
   }
   if (!pool_) {
     stats_.downstream_cx_no_route.Inc();
@@ -218,7 +222,8 @@ void TcpProxySession::OnSpliceFailed(bool to_upstream, const std::string& detail
 }
 
 void TcpProxySession::OnData(Buffer& in) {
-  if (finished_ || !upstream_) return;
+  // Reads start once the upstream is connected and stop when the session finishes.
+  RPX_ASSERT(!finished_ && upstream_ && connected_);
   size_t n = in.size();
   stats_.downstream_cx_rx_bytes_total.Inc(n);
   info_.bytes_received += n;
@@ -228,7 +233,7 @@ void TcpProxySession::OnData(Buffer& in) {
 }
 
 void TcpProxySession::OnUpstreamData(Buffer& in) {
-  if (finished_) return;
+  RPX_ASSERT(!finished_);
   size_t n = in.size();
   stats_.downstream_cx_tx_bytes_total.Inc(n);
   info_.bytes_sent += n;

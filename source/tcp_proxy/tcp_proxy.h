@@ -120,9 +120,6 @@ class TcpProxySession : public DownstreamConnection {
     bool is_tls() const override { return !s_.downstream_->plaintext(); }
     std::string remote_address() const override { return s_.peer_.ToString(); }
     std::string local_address() const override { return s_.local_.ToString(); }
-    SocketAddress original_destination() const override {
-      return s_.downstream_->has_original_destination() ? s_.local_ : SocketAddress();
-    }
     std::string requested_server_name() const override;
 
    private:
@@ -180,10 +177,9 @@ class TcpProxySession : public DownstreamConnection {
   WorkerClusterManager& clusters_;
   Random& random_;
   SocketAddress peer_;
-  SocketAddress local_;  // the downstream's local address (the original destination if restored)
+  SocketAddress local_;  // with access logs: the downstream's local address (or original dest.)
   uint32_t worker_;
   const std::string* cluster_name_ = nullptr;
-  WorkerCluster* cluster_ = nullptr;
   ConnPool* pool_ = nullptr;  // the upstream connection's (counted there until TcpClosed)
   uint64_t upstream_started_ms_ = 0;
   uint32_t attempts_ = 0;

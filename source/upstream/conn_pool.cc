@@ -101,7 +101,7 @@ ConnPool::~ConnPool() {
       c->closed_ = true;
       c->conn_->Close(Connection::CloseType::kNoFlush, false);
       cluster_->resources->ReleaseConnection();
-      CxClosed(c);
+      CxClosed(c->created_ms_);
       dispatcher_.DeferredDelete(std::unique_ptr<DeferredDeletable>(c));
     }
     list->clear();
@@ -150,7 +150,7 @@ void ConnPool::SetState(PoolClient* c, State to) {
       c->conn_->Close(Connection::CloseType::kFlushWrite, false);
     }
     cluster_->resources->ReleaseConnection();
-    CxClosed(c);
+    CxClosed(c->created_ms_);
     dispatcher_.DeferredDelete(std::unique_ptr<DeferredDeletable>(c));
     return;
   }
@@ -263,11 +263,7 @@ bool ConnPool::TryCreateConnection() {
   }
   int err = 0;
   std::string detail;
-  ConnectOptions bind;
-  if (cluster_->source_address) bind.source = &*cluster_->source_address;
-  if (!cluster_->socket_options.empty()) bind.options = &cluster_->socket_options;
-  auto conn =
-      Connection::Connect(dispatcher_, host_->address, cluster_->buffer_limit, &err, bind, &detail);
+  auto conn = OpenConnection(&err, &detail);
   if (!conn) {
     cluster_->resources->ReleaseConnection();
     if (!detail.empty() && !bind_error_logged_) {
@@ -283,11 +279,6 @@ bool ConnPool::TryCreateConnection() {
     retry_timer_->Enable(0);
     return false;
   }
-  if (transport_.tls) {
-    // The pool's connect timeout covers the TLS handshake too.
-    conn->SetTransport(
-        std::make_unique<TlsTransport>(transport_.tls, sni_, &tls_session_, verify_name_), 0);
-  }
   PoolClient* c;
   if (cluster_->protocol == ClusterInfo::Protocol::kHttp2) {
     c = new Http2Client(*this, std::move(conn));
@@ -300,11 +291,22 @@ bool ConnPool::TryCreateConnection() {
   c->pos_ = connecting_.begin();
   connecting_streams_ += c->limit_;
   c->timer_->Enable(cluster_->connect_timeout_ms);
-  stats_.upstream_cx_total.Inc();
-  stats_.upstream_cx_active.Inc();
-  host_stats_->cx_total.Inc();
-  host_stats_->cx_active.Inc();
+  CxOpened();
   return true;
+}
+
+std::unique_ptr<Connection> ConnPool::OpenConnection(int* err, std::string* detail) {
+  ConnectOptions bind;
+  if (cluster_->source_address) bind.source = &*cluster_->source_address;
+  if (!cluster_->socket_options.empty()) bind.options = &cluster_->socket_options;
+  auto conn =
+      Connection::Connect(dispatcher_, host_->address, cluster_->buffer_limit, err, bind, detail);
+  if (conn && transport_.tls) {
+    // The connect timeout covers the TLS handshake too.
+    conn->SetTransport(
+        std::make_unique<TlsTransport>(transport_.tls, sni_, &tls_session_, verify_name_), 0);
+  }
+  return conn;
 }
 
 std::unique_ptr<Connection> ConnPool::ConnectTcp(bool* overflow, std::string* detail) {
@@ -323,26 +325,15 @@ std::unique_ptr<Connection> ConnPool::ConnectTcp(bool* overflow, std::string* de
     return nullptr;
   }
   int err = 0;
-  ConnectOptions bind;
-  if (cluster_->source_address) bind.source = &*cluster_->source_address;
-  if (!cluster_->socket_options.empty()) bind.options = &cluster_->socket_options;
-  auto conn =
-      Connection::Connect(dispatcher_, host_->address, cluster_->buffer_limit, &err, bind, detail);
+  auto conn = OpenConnection(&err, detail);
   if (!conn) {
     cluster_->resources->ReleaseConnection();
     if (detail->empty()) *detail = absl::StrCat("connect: ", strerror(err));
     CxConnectFailed();
     return nullptr;
   }
-  if (transport_.tls) {
-    conn->SetTransport(
-        std::make_unique<TlsTransport>(transport_.tls, sni_, &tls_session_, verify_name_), 0);
-  }
   ++tcp_connections_;
-  stats_.upstream_cx_total.Inc();
-  stats_.upstream_cx_active.Inc();
-  host_stats_->cx_total.Inc();
-  host_stats_->cx_active.Inc();
+  CxOpened();
   return conn;
 }
 
@@ -359,9 +350,7 @@ void ConnPool::TcpClosed(uint64_t started_ms) {
   RPX_ASSERT(tcp_connections_ > 0);
   --tcp_connections_;
   cluster_->resources->ReleaseConnection();
-  stats_.upstream_cx_active.Dec();
-  host_stats_->cx_active.Dec();
-  stats_.upstream_cx_length_ms.Record(dispatcher_.NowMs() - started_ms);
+  CxClosed(started_ms);
 }
 
 void ConnPool::SetStarved(bool starved) {
@@ -370,10 +359,17 @@ void ConnPool::SetStarved(bool starved) {
   cluster_->resources->starved_workers.fetch_add(starved ? 1 : -1, std::memory_order_relaxed);
 }
 
-void ConnPool::CxClosed(PoolClient* c) {
+void ConnPool::CxOpened() {
+  stats_.upstream_cx_total.Inc();
+  stats_.upstream_cx_active.Inc();
+  host_stats_->cx_total.Inc();
+  host_stats_->cx_active.Inc();
+}
+
+void ConnPool::CxClosed(uint64_t created_ms) {
   stats_.upstream_cx_active.Dec();
   host_stats_->cx_active.Dec();
-  stats_.upstream_cx_length_ms.Record(dispatcher_.NowMs() - c->created_ms_);
+  stats_.upstream_cx_length_ms.Record(dispatcher_.NowMs() - created_ms);
 }
 
 void ConnPool::OnConnected(PoolClient* c) {

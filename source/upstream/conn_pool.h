@@ -229,8 +229,13 @@ class ConnPool {
   bool TryCreateConnection();
   // c (connecting, HTTP/1 with auto_config) negotiated h2: an Http2Client takes its socket.
   PoolClient* SwitchToHttp2(PoolClient* c);
-  // A client's connection is gone: the active gauges and the lifetime histogram.
-  void CxClosed(PoolClient* c);
+  // A connection to the host (a client's, or ConnectTcp's) is opened / gone: the totals, the
+  // active gauges and the lifetime histogram, the cluster's and the host's together.
+  void CxOpened();
+  void CxClosed(uint64_t created_ms);
+  // connect(2) to the host with the cluster's upstream_bind_config, over its TLS transport if it
+  // has one; nullptr with errno in *err (and *detail when a bind step failed).
+  std::unique_ptr<Connection> OpenConnection(int* err, std::string* detail);
   // The cluster's counters and the host's move together.
   void RqStarted() {
     stats_.upstream_rq_total.Inc();

@@ -230,6 +230,11 @@ class NetnsSidecarTest(IntegrationTestCase):
                                exclude_inbound_ports=[netns.ADMIN_PORT],
                                inbound_interface=self.topo.app_if)
         res = sidecar_resources(self.logs, "static", mark=True, inline_routes=True)
+        # A virtual listener on the wildcard address: the hand-off takes it for any address
+        # with that port when no listener has the exact one.
+        res["listeners"].append({
+            "name": "0.0.0.0_9000", "address": addr("0.0.0.0", 9000), "bind_to_port": False,
+            "filter_chains": [tcp_proxy("wildcard_9000", "PassthroughCluster")]})
         boot = {"node": {"id": "sidecar-static", "cluster": "app"},
                 "admin": {"address": {"socket_address": {"address": "127.0.0.1",
                                                          "port_value": netns.ADMIN_PORT}}},
@@ -246,6 +251,8 @@ class NetnsSidecarTest(IntegrationTestCase):
         body = json.loads(self.curl(self.svc, "http://%s:9080/in" % APP_IP))
         self.assertEqual(body["server"], "app")
         s = self.stats()
+        self.assertEqual(s["tcp.wildcard_9000.downstream_cx_total"], 1)
+        self.assertEqual(s["tcp.PassthroughCluster.downstream_cx_total"], 0)
         # Two client connections captured, and none of rpx's own (marked) came back.
         self.assertEqual(s["listener.virtualOutbound.downstream_cx_total"], 2)
         self.assertEqual(s["listener.virtualInbound.downstream_cx_total"], 1)

@@ -20,10 +20,12 @@ TEST(HttpInspectorTest, RequestLinesAndThePreface) {
   EXPECT_EQ(Inspect("CONNECT a.example:443 HTTP/1.1\r\n"), HttpInspectResult::kHttp11);
   EXPECT_EQ(Inspect(std::string("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n") + "\x00\x00\x12\x04"),
             HttpInspectResult::kH2c);
-  EXPECT_EQ(HttpInspectProtocol(HttpInspectResult::kHttp11), "http/1.1");
-  EXPECT_EQ(HttpInspectProtocol(HttpInspectResult::kHttp10), "http/1.0");
-  EXPECT_EQ(HttpInspectProtocol(HttpInspectResult::kH2c), "h2c");
-  EXPECT_EQ(HttpInspectProtocol(HttpInspectResult::kNotHttp), "");
+  using List = std::vector<std::string>;
+  EXPECT_EQ(*HttpInspectProtocols(HttpInspectResult::kHttp11), List{"http/1.1"});
+  EXPECT_EQ(*HttpInspectProtocols(HttpInspectResult::kHttp10), List{"http/1.0"});
+  EXPECT_EQ(*HttpInspectProtocols(HttpInspectResult::kH2c), List{"h2c"});
+  EXPECT_EQ(HttpInspectProtocols(HttpInspectResult::kNotHttp), nullptr);
+  EXPECT_EQ(HttpInspectProtocols(HttpInspectResult::kNeedMoreData), nullptr);
 }
 
 TEST(HttpInspectorTest, EveryPrefixWaitsForMore) {
