@@ -62,6 +62,9 @@ def main():
             "rss": median([num(r["rss_kib"]) for r in rs]),
             "cpu": median([num(r["cpu_us_per_req"]) for r in rs]),
             "ocpu": median([num(r["origin_cpu_us_per_req"]) for r in rs]),
+            # Older results.tsv files have neither column.
+            "gcpu": median([num(r.get("load_cpu_us_per_req")) for r in rs]),
+            "mcpu": median([num(r.get("machine_cpu_us_per_req")) for r in rs]),
             "busy": median([num(r.get("proxy_cpu_pct")) for r in rs]),
             "cpu1": median([num(r.get("cpu1_us_per_req")) for r in rs]),
             "throttled": median([num(r.get("throttled_pct")) for r in rs]),
@@ -79,21 +82,25 @@ def main():
     out.append("")
     out.append("| row | proxy | req/s | p99 | errors (non-2xx + socket) | TIME_WAIT upstream | TIME_WAIT total "
                "| RSS MiB | CPU µs/req | proxy CPU % | " + ("throttled % | " if capped else "") +
-               "CPU 1 µs/req | req/s rpx/nginx | CPU/req rpx/nginx | req/s rpx/haproxy | other CPU % |" +
+               "CPU 1 µs/req | origin µs/req | load µs/req | machine µs/req "
+               "| req/s rpx/nginx | CPU/req rpx/nginx | machine/req rpx/nginx | req/s rpx/haproxy "
+               "| other CPU % |" +
                (" TLS resumed % |" if handshakes else ""))
-    out.append("|---|---|" + "---:|" * (13 + capped + handshakes))
+    out.append("|---|---|" + "---:|" * (17 + capped + handshakes))
     for row in rows:
         for proxy in proxies:
             a = agg.get((row, proxy))
             if a is None:
                 continue
-            ratio_rps = ratio_cpu = ratio_hap = "—"
+            ratio_rps = ratio_cpu = ratio_machine = ratio_hap = "—"
             if proxy == "rpx":
                 n = agg.get((row, "nginx"))
                 if n and a["req_s"] and n["req_s"]:
                     ratio_rps = f"{a['req_s'] / n['req_s']:.2f}"
                 if n and a["cpu"] and n["cpu"]:
                     ratio_cpu = f"{a['cpu'] / n['cpu']:.2f}"
+                if n and a["mcpu"] and n["mcpu"]:
+                    ratio_machine = f"{a['mcpu'] / n['mcpu']:.2f}"
                 h = agg.get((row, "haproxy"))
                 if h and a["req_s"] and h["req_s"]:
                     ratio_hap = f"{a['req_s'] / h['req_s']:.2f}"
@@ -105,8 +112,8 @@ def main():
                 f"| {row} | {label} | {fmt(a['req_s'])} | {fmt_ms(a['p99'])} | {fmt(a['errors'])} "
                 f"| {fmt(a['tw_up'])} | {fmt(a['tw_total'])} | {fmt(rss, 1)} | {fmt(a['cpu'], 1)} | {fmt(a['busy'])} "
                 + (f"| {fmt(a['throttled'])} " if capped else "")
-                + f"| {fmt(a['cpu1'], 1)} "
-                f"| {ratio_rps} | {ratio_cpu} | {ratio_hap} | {fmt(a['other'])} |"
+                + f"| {fmt(a['cpu1'], 1)} | {fmt(a['ocpu'], 1)} | {fmt(a['gcpu'], 1)} | {fmt(a['mcpu'], 1)} "
+                f"| {ratio_rps} | {ratio_cpu} | {ratio_machine} | {ratio_hap} | {fmt(a['other'])} |"
                 + (f" {fmt(a['resumed'], 1)} |" if handshakes else "")
             )
     out.append("")
@@ -116,6 +123,10 @@ def main():
                "processes after the run; CPU µs/req = proxy utime+stime during the run / requests completed. "
                "CPU 1 µs/req = busy time of CPU 1 (wrk, the origin and the kernel work there) per request: "
                "when CPU 1 is full, req/s follows it. "
+               "origin / load µs/req = CPU (utime+stime) of the origin / of the load generator (wrk, or "
+               "bench/tls_handshakes) per request; machine µs/req = proxy + origin + load generator: what "
+               "a request costs the whole machine, so a proxy that is cheap only by making its neighbours "
+               "work shows here (machine/req rpx/nginx: lower is better). "
                "proxy CPU % = share of its CPU (CPU 0) the proxy used; well under 100 means the load "
                "generator side (wrk + origin on CPU 1) was the limit, so compare CPU µs/req rather than req/s. "
                "direct (origin) = wrk straight to the origin, no proxy, both on CPU 1: the ceiling that the "

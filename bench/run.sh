@@ -336,7 +336,7 @@ STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 RAW="$OUT_DIR/raw/$STAMP"
 mkdir -p "$RAW" "$TMP/www"
 RESULTS_TSV="$RAW/results.tsv"
-printf 'proxy\trow\trun\treq_s\tp99_ms\trequests\tnon2xx\tsock_err\ttw_upstream\ttw_total\trss_kib\tcpu_us_per_req\torigin_cpu_us_per_req\ttransfer_per_s\tother_cpu_pct\tproxy_cpu_pct\tcpu1_us_per_req\tthrottled_pct\ttls_resumed_pct\n' >"$RESULTS_TSV"
+printf 'proxy\trow\trun\treq_s\tp99_ms\trequests\tnon2xx\tsock_err\ttw_upstream\ttw_total\trss_kib\tcpu_us_per_req\torigin_cpu_us_per_req\ttransfer_per_s\tother_cpu_pct\tproxy_cpu_pct\tcpu1_us_per_req\tthrottled_pct\ttls_resumed_pct\tload_cpu_us_per_req\tmachine_cpu_us_per_req\n' >"$RESULTS_TSV"
 
 write_payloads "$TMP/www"
 chmod 644 "$TMP/www/"*
@@ -612,6 +612,9 @@ parse_wrk() {
   ' "$1"
 }
 
+# per_req TICKS REQUESTS: µs of CPU per request, or NA without requests
+per_req() { awk -v d="$1" -v t="$CLK_TCK" -v n="$2" 'BEGIN{ if (n+0 > 0) printf "%.2f", d * 1e6 / t / n; else print "NA" }'; }
+
 # measure one (proxy,row,run). $1 proxy-name $2 row $3 run $4 port $5 pid-to-sample (proxy or origin)
 measure() {
   local name=$1 row=$2 run=$3 port=$4 pid=$5
@@ -627,9 +630,13 @@ measure() {
   local t0 t1; t0=$(date +%s%N)
   local c0 o0 c1 o1 m0 m1 k0 k1 w0 w1 l0 l1 cg=${PROXY_CG[$name]:-} np0 nt0 np1 nt1
   read -r np0 nt0 < <(cg_throttle "$cg")
-  c0=$(cpu_ticks "$pid"); o0=$(cpu_ticks "$ORIGIN_PID"); children_ticks k0; m0=$(cpu_busy_ticks); l0=$(cpu_busy_ticks 1); w0=$(date +%s%N)
+  c0=$(cpu_ticks "$pid"); o0=$(cpu_ticks "$ORIGIN_PID"); m0=$(cpu_busy_ticks); l0=$(cpu_busy_ticks 1); w0=$(date +%s%N)
+  children_ticks k0
   run_wrk "$conns" "$DURATION" "$url" "$out" "$hdr" "$client"
-  m1=$(cpu_busy_ticks); l1=$(cpu_busy_ticks 1); w1=$(date +%s%N); c1=$(cpu_ticks "$pid"); o1=$(cpu_ticks "$ORIGIN_PID"); children_ticks k1
+  # Right after the load generator is reaped, before any other child runs: k1 - k0 is its CPU
+  # (and one awk's).
+  children_ticks k1
+  m1=$(cpu_busy_ticks); l1=$(cpu_busy_ticks 1); w1=$(date +%s%N); c1=$(cpu_ticks "$pid"); o1=$(cpu_ticks "$ORIGIN_PID")
   read -r np1 nt1 < <(cg_throttle "$cg")
   local throttled=NA
   if [ -n "$cg" ]; then throttled=$(awk -v p=$((np1 - np0)) -v t=$((nt1 - nt0)) 'BEGIN { printf "%.0f", (p > 0 ? t * 100 / p : 0) }'); fi
@@ -653,14 +660,22 @@ measure() {
   if [ "$client" != wrk ]; then
     resumed=$(awk '/^Handshakes:/ { if ($2 > 0) printf "%.1f", $6 * 100 / $2; else print "NA" }' "$out")
   fi
-  local cpu_us ocpu_us lcpu_us
-  lcpu_us=$(awk -v d=$((l1 - l0)) -v t="$CLK_TCK" -v n="$req" 'BEGIN{ if (n+0 > 0) printf "%.2f", d * 1e6 / t / n; else print "NA" }')
-  cpu_us=$(awk -v d=$((c1 - c0)) -v t="$CLK_TCK" -v n="$req" 'BEGIN{ if (n+0 > 0) printf "%.2f", d * 1e6 / t / n; else print "NA" }')
-  ocpu_us=$(awk -v d=$((o1 - o0)) -v t="$CLK_TCK" -v n="$req" 'BEGIN{ if (n+0 > 0) printf "%.2f", d * 1e6 / t / n; else print "NA" }')
-  if [ "$name" = direct ]; then rss="NA"; cpu_us="NA"; busy_pct="NA"; fi
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$row" "$run" "$rps" "$p99" "$req" \
-    "$non2xx" "$sock" "$tw_up" "$tw_total" "$rss" "$cpu_us" "$ocpu_us" "$xfer" "$other" "$busy_pct" "$lcpu_us" "$throttled" "${resumed:-NA}" >>"$RESULTS_TSV"
-  log "  $name $row run $run: ${rps} req/s, p99 ${p99} ms, non2xx $non2xx, sockerr $sock, TW up/total $tw_up/$tw_total, RSS ${rss} KiB, CPU ${cpu_us} us/req (${busy_pct}% of its CPU), CPU 1 ${lcpu_us} us/req, other CPU ${other}%${cg:+, throttled in ${throttled}% of quota periods}$([ "$resumed" = NA ] || echo ", $resumed% of handshakes resumed")"
+  # µs per request of: CPU 1, the proxy, the origin, the load generator, and the three together
+  # (the whole machine's cost of a request, which the proxy can shift onto its neighbours).
+  local cpu_us ocpu_us lcpu_us gcpu_us mcpu_us
+  lcpu_us=$(per_req $((l1 - l0)) "$req")
+  cpu_us=$(per_req $((c1 - c0)) "$req")
+  ocpu_us=$(per_req $((o1 - o0)) "$req")
+  gcpu_us=$(per_req $((k1 - k0)) "$req")
+  if [ "$name" = direct ]; then
+    rss="NA"; cpu_us="NA"; busy_pct="NA"
+    mcpu_us=$(per_req $((o1 - o0 + k1 - k0)) "$req")
+  else
+    mcpu_us=$(per_req $((c1 - c0 + o1 - o0 + k1 - k0)) "$req")
+  fi
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$row" "$run" "$rps" "$p99" "$req" \
+    "$non2xx" "$sock" "$tw_up" "$tw_total" "$rss" "$cpu_us" "$ocpu_us" "$xfer" "$other" "$busy_pct" "$lcpu_us" "$throttled" "${resumed:-NA}" "$gcpu_us" "$mcpu_us" >>"$RESULTS_TSV"
+  log "  $name $row run $run: ${rps} req/s, p99 ${p99} ms, non2xx $non2xx, sockerr $sock, TW up/total $tw_up/$tw_total, RSS ${rss} KiB, CPU ${cpu_us} us/req (${busy_pct}% of its CPU), origin ${ocpu_us}, load ${gcpu_us}, machine ${mcpu_us} us/req, CPU 1 ${lcpu_us} us/req, other CPU ${other}%${cg:+, throttled in ${throttled}% of quota periods}$([ "$resumed" = NA ] || echo ", $resumed% of handshakes resumed")"
   [ "$rps" != NA ] || { log "  wrk output:"; tail -n 5 "$out" >&2 || true; }
 }
 
