@@ -235,8 +235,10 @@ class Builder {
       const envoy::config::core::v3::TypedExtensionConfig& t, const std::string& path);
 
  private:
+  // `downstream`: the options of a connection manager (clients' connections), where
+  // allow_connect is supported; a cluster's refuse it.
   void BuildHttp2Options(const envoy::config::core::v3::Http2ProtocolOptions& o,
-                         const std::string& path, Http2Options* out);
+                         const std::string& path, Http2Options* out, bool downstream = false);
   bool BuildHttp(const HttpConnectionManager& hcm, const std::string& path, uint32_t buffer_limit,
                  FilterChainConfig* lc);
   std::shared_ptr<const TcpProxyConfig> BuildTcpProxy(
@@ -801,7 +803,7 @@ void Builder::BuildHosts(const envoy::config::endpoint::v3::ClusterLoadAssignmen
 }
 
 void Builder::BuildHttp2Options(const envoy::config::core::v3::Http2ProtocolOptions& o,
-                                const std::string& path, Http2Options* out) {
+                                const std::string& path, Http2Options* out, bool downstream) {
   // Envoy's bounds (its validation rules on these fields).
   auto bounded = [&](bool has, uint32_t value, const char* field, uint32_t lo, uint32_t hi,
                      uint32_t* dst) {
@@ -844,7 +846,13 @@ void Builder::BuildHttp2Options(const envoy::config::core::v3::Http2ProtocolOpti
     out->stream_error_on_invalid_http_message = true;
   }
   if (o.allow_connect()) {
-    Error(path + ".allow_connect", "CONNECT over HTTP/2 (extended CONNECT) is not supported");
+    if (downstream) {
+      out->allow_connect = true;
+    } else {
+      Error(path + ".allow_connect",
+            "extended CONNECT to upstreams is not supported (a client's WebSocket over HTTP/2 is: "
+            "allow_connect on the connection manager's http2_protocol_options)");
+    }
   }
   if (o.allow_metadata()) Error(path + ".allow_metadata", "METADATA frames are not supported");
 }
@@ -871,7 +879,8 @@ bool Builder::BuildHttp(const HttpConnectionManager& hcm, const std::string& pat
       Error(path + ".codec_type", "only AUTO, HTTP1 and HTTP2 are supported (not HTTP3)");
   }
   if (hcm.has_http2_protocol_options()) {
-    BuildHttp2Options(hcm.http2_protocol_options(), path + ".http2_protocol_options", &http->http2);
+    BuildHttp2Options(hcm.http2_protocol_options(), path + ".http2_protocol_options", &http->http2,
+                      /*downstream=*/true);
   }
   if (hcm.http_filters_size() == 0) {
     Error(path + ".http_filters", "the router filter (envoy.filters.http.router) is required");

@@ -2,11 +2,13 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/random.h>
 
 #include <algorithm>
 #include <cstring>
 #include <string>
 
+#include "absl/strings/escaping.h"
 #include "source/common/assert.h"
 #include "source/common/logger.h"
 #include "source/http/conn_manager.h"
@@ -18,6 +20,21 @@ namespace rpx {
 namespace {
 
 using conn_manager::StatusHasNoBody;
+
+// A Sec-WebSocket-Key: 16 random bytes, base64 (RFC 6455 4.1).
+std::string RandomWebSocketKey() {
+  unsigned char nonce[16];
+  ssize_t n = getrandom(nonce, sizeof(nonce), GRND_NONBLOCK);
+  if (n != static_cast<ssize_t>(sizeof(nonce))) {
+    // Entropy not ready (early boot): the key is a nonce, not a secret.
+    static thread_local uint64_t counter = 0x9e3779b97f4a7c15ULL;
+    for (size_t i = 0; i < sizeof(nonce); ++i)
+      nonce[i] = static_cast<unsigned char>(++counter * 31 >> 7);
+  }
+  std::string key;
+  absl::Base64Escape(absl::string_view(reinterpret_cast<const char*>(nonce), sizeof(nonce)), &key);
+  return key;
+}
 
 }  // namespace
 
@@ -109,14 +126,16 @@ class Http2ServerConnection::Stream : public ResponseEncoder, public DeferredDel
   std::unique_ptr<StreamHandler> handler_;
   bool handler_done_ = false;
   StreamHandler* active() const { return handler_done_ ? nullptr : handler_.get(); }
-  std::string cookies_;  // cookie fields joined ("; ") for HTTP/1 upstreams (RFC 9113 8.2.3)
-  Buffer response_;      // response body not yet framed
-  Buffer held_;          // request body received while the handler asked not to read
+  std::string cookies_;   // cookie fields joined ("; ") for HTTP/1 upstreams (RFC 9113 8.2.3)
+  std::string protocol_;  // :protocol (extended CONNECT)
+  Buffer response_;       // response body not yet framed
+  Buffer held_;           // request body received while the handler asked not to read
   std::unique_ptr<HeaderMap> trailers_;          // sent after the last of response_ (gRPC's status)
   std::unique_ptr<HeaderMap> request_trailers_;  // the client's, kept until the stream closes
   MemberTimer<Stream, &Stream::OnIdleTimeout> idle_timer_;
   std::unique_ptr<Timer> request_timer_;
   std::unique_ptr<Timer> duration_timer_;  // max_stream_duration
+  std::unique_ptr<Timer> deliver_timer_;   // a tunnel's held DATA, after the switch
   uint64_t start_ms_ = 0;
   uint64_t idle_ms_ = 0;
   size_t header_bytes_ = 0;
@@ -134,6 +153,10 @@ class Http2ServerConnection::Stream : public ResponseEncoder, public DeferredDel
   bool delivering_ = false;
   bool closed_ = false;
   bool counted_active_ = false;
+  // Extended CONNECT (RFC 8441): the request went to the handler as an HTTP/1.1 upgrade; its
+  // DATA is held until the handler's 101 (sent as 200) makes the stream a tunnel.
+  bool extended_connect_ = false;
+  bool tunnel_ = false;
   int8_t grpc_status_ = -1;  // a local reply's grpc-status when not derived from its HTTP status
 };
 
@@ -376,9 +399,10 @@ Http2ServerConnection::Http2ServerConnection(std::unique_ptr<Connection> conn,
       {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, o.initial_stream_window_size},
       {NGHTTP2_SETTINGS_HEADER_TABLE_SIZE, o.hpack_table_size},
       {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, header_list},
+      {NGHTTP2_SETTINGS_ENABLE_CONNECT_PROTOCOL, 1},  // last: sent only with allow_connect
   };
-  nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, settings,
-                          sizeof(settings) / sizeof(settings[0]));
+  size_t n_settings = sizeof(settings) / sizeof(settings[0]) - (o.allow_connect ? 0 : 1);
+  nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, settings, n_settings);
   // The connection window starts at 65535 whatever SETTINGS say; raise it to the configured one.
   if (o.initial_connection_window_size > NGHTTP2_INITIAL_CONNECTION_WINDOW_SIZE) {
     nghttp2_session_set_local_window_size(session_, NGHTTP2_FLAG_NONE, 0,
@@ -598,6 +622,9 @@ void Http2ServerConnection::Stream::OnHeader(std::string_view name, std::string_
       head_.path.assign(value);
     } else if (name == ":authority") {
       head_.host.assign(value);
+    } else if (name == ":protocol") {
+      // nghttp2 lets it through only when rpx sent SETTINGS_ENABLE_CONNECT_PROTOCOL.
+      protocol_.assign(value);
     }
     return;  // :scheme: rpx states the scheme itself (x-forwarded-proto)
   }
@@ -674,8 +701,25 @@ void Http2ServerConnection::Stream::OnHeadersComplete(bool end_stream) {
     SendLocalReply(431, "request header list too large\n", nullptr, "text/plain");
     return;
   }
-  if (head_.path.empty()) {
-    // CONNECT (nghttp2 lets it through without :path): no tunnels over h2 yet.
+  if (!protocol_.empty() && head_.method == "CONNECT") {
+    // Extended CONNECT (RFC 8441; nghttp2 has checked :scheme and :path): handed to the router as
+    // the HTTP/1.1 upgrade it stands for (RFC 8441 5), so routes and upgrade_configs decide
+    // alike for both protocols, and an HTTP/1.1 upstream gets a request it can switch.
+    extended_connect_ = true;
+    head_.method = "GET";
+    head_.upgrade = protocol_;
+    head_.chunked = false;
+    head_.has_content_length = false;
+    head_.content_length = 0;
+    if (EqualsIgnoreCase(protocol_, "websocket") && !head_.headers.Get("sec-websocket-key")) {
+      // An HTTP/1.1 WebSocket server refuses a handshake without a key (RFC 6455 4.2.1), and
+      // over HTTP/2 there is none (RFC 8441 5): rpx makes one; the upstream's accept value is
+      // not passed back (it has no meaning over HTTP/2).
+      head_.headers.Add("sec-websocket-key", RandomWebSocketKey());
+    }
+  }
+  if (head_.path.empty() || (head_.method == "CONNECT" && !extended_connect_)) {
+    // CONNECT (nghttp2 lets it through without :path): no TCP tunnels over h2.
     info_.response_code_details = "connect_not_supported";
     SendLocalReply(403, "CONNECT is not supported\n", nullptr, "text/plain");
     return;
@@ -687,7 +731,7 @@ void Http2ServerConnection::Stream::OnHeadersComplete(bool end_stream) {
     ResetStream();
     return;
   }
-  if (config.request_timeout_ms && !end_stream) {
+  if (config.request_timeout_ms && !end_stream && !extended_connect_) {
     request_timer_ = c.conn_->dispatcher().CreateTimer([this] { OnRequestTimeout(); });
     request_timer_->Enable(config.request_timeout_ms);
   }
@@ -697,7 +741,9 @@ void Http2ServerConnection::Stream::OnHeadersComplete(bool end_stream) {
   }
   dispatched_ = true;
   handler_ = c.factory_.CreateStream(*this);
-  handler_->OnRequestHeaders(head_, end_stream);
+  // An upgrade request has no body (as on HTTP/1.1): what the client sends after its HEADERS is
+  // the tunnel's, delivered once the handler switched protocols.
+  handler_->OnRequestHeaders(head_, end_stream || extended_connect_);
 }
 
 void Http2ServerConnection::Stream::OnRequestData(const char* data, size_t len) {
@@ -708,7 +754,7 @@ void Http2ServerConnection::Stream::OnRequestData(const char* data, size_t len) 
     nghttp2_session_consume(parent_.session_, id_, len);
     return;
   }
-  if (read_disabled_ || !held_.empty()) {
+  if (read_disabled_ || !held_.empty() || (extended_connect_ && !tunnel_)) {
     held_.Append(data, len);
     return;
   }
@@ -749,7 +795,7 @@ void Http2ServerConnection::Stream::OnRequestEnd() {
     return;
   }
   if (!active()) return;
-  if (read_disabled_ || !held_.empty()) {
+  if (read_disabled_ || !held_.empty() || (extended_connect_ && !tunnel_)) {
     request_end_held_ = true;
     return;
   }
@@ -757,6 +803,18 @@ void Http2ServerConnection::Stream::OnRequestEnd() {
 }
 
 void Http2ServerConnection::Stream::DeliverRequestEnd() {
+  if (tunnel_) {
+    active()->OnRequestData(nullptr, 0, true);
+    // As an HTTP/1.1 client's close ends its tunnel: the handler flushes what was sent to the
+    // upstream, closes that side and says no more, so the stream ends with what is queued.
+    if (!closed_ && !response_end_) {
+      response_end_ = true;
+      handler_done_ = true;
+      nghttp2_session_resume_data(parent_.session_, id_);
+      parent_.SendPending();
+    }
+    return;
+  }
   if (request_trailers_) {
     active()->OnRequestTrailers(*request_trailers_);
   } else {
@@ -785,6 +843,7 @@ void Http2ServerConnection::Stream::DeliverRequestData() {
 
 void Http2ServerConnection::Stream::ReadDisable(bool disable) {
   read_disabled_ = disable;
+  if (!disable && (extended_connect_ && !tunnel_)) return;  // held until the switch
   if (!disable && (!held_.empty() || request_end_held_)) DeliverRequestData();
 }
 
@@ -805,9 +864,20 @@ bool Http2ServerConnection::Stream::IsGrpc() const {
 
 void Http2ServerConnection::Stream::EncodeHeaders(ResponseHead& head, bool end_stream) {
   if (closed_ || response_started_) return;
-  if (head.status < 200 || head.status == 101) {
-    // No upgrade exists on HTTP/2 (none is asked for: the head carries none), and a 1xx is not
-    // an answer.
+  bool switched = head.status == 101 && extended_connect_;
+  if (switched) {
+    // The upgrade went through: over HTTP/2 that is a 200 to the extended CONNECT, and the
+    // stream's DATA is the tunnel from now on (RFC 8441 5).
+    head.status = 200;
+    head.has_content_length = false;
+    head.headers.Remove("sec-websocket-accept");
+    tunnel_ = true;
+    if (request_timer_) request_timer_->Disable();
+    parent_.stats_.downstream_cx_upgrades_total.Inc();
+    parent_.stats_.downstream_cx_upgrades_active.Inc();
+  } else if (head.status < 200 || head.status == 101) {
+    // A 101 without an extended CONNECT has nothing to switch on HTTP/2, and a 1xx is not an
+    // answer.
     ResetStream();
     return;
   }
@@ -860,6 +930,12 @@ void Http2ServerConnection::Stream::EncodeHeaders(ResponseHead& head, bool end_s
   }
   if (no_body && !end_stream) response_no_body_ = true;  // later body bytes are dropped
   c.SendPending();
+  if (switched && (!held_.empty() || request_end_held_)) {
+    // What the client sent after its CONNECT waited for the switch: delivered on the next loop
+    // turn, outside the upstream's callbacks (as HTTP/1's ServerConnection::ResumeSoon does).
+    deliver_timer_ = c.conn_->dispatcher().CreateTimer([this] { DeliverRequestData(); });
+    deliver_timer_->Enable(0);
+  }
 }
 
 void Http2ServerConnection::Stream::EncodeData(const char* data, size_t len, bool end_stream) {
@@ -1066,6 +1142,7 @@ void Http2ServerConnection::Stream::OnClose(uint32_t error_code) {
   idle_timer_.Disable();
   if (request_timer_) request_timer_->Disable();
   if (duration_timer_) duration_timer_->Disable();
+  if (deliver_timer_) deliver_timer_->Disable();
   HttpStats& stats = parent_.stats_;
   bool complete = response_end_ && response_.empty() && error_code == NGHTTP2_NO_ERROR;
   if (!complete && dispatched_) {
@@ -1075,6 +1152,10 @@ void Http2ServerConnection::Stream::OnClose(uint32_t error_code) {
       if (!response_started_) info_.response_code_details = "downstream_remote_reset";
       active()->OnDownstreamReset();
     }
+  }
+  if (tunnel_) {
+    tunnel_ = false;
+    stats.downstream_cx_upgrades_active.Dec();
   }
   if (counted_active_) {
     conn_manager::StreamEnded(*parent_.config_, stats, parent_.conn_->dispatcher(), info_,

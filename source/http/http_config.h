@@ -81,6 +81,10 @@ struct Http2Options {
   // A malformed request resets only its stream (true) or ends the connection (false, Envoy's
   // default).
   bool stream_error_on_invalid_http_message = false;
+  // allow_connect: SETTINGS_ENABLE_CONNECT_PROTOCOL is sent, and a client's extended CONNECT
+  // (RFC 8441: :method CONNECT with :protocol, e.g. WebSocket) becomes the HTTP/1.1 upgrade the
+  // router knows (GET with Upgrade: <protocol>).
+  bool allow_connect = false;
 };
 
 struct HttpConfig {

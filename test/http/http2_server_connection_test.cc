@@ -30,6 +30,9 @@ class TestHandler : public StreamHandler {
   }
   void OnRequestHeaders(RequestHead& head, bool end_stream) override {
     path = head.path;
+    method = head.method;
+    upgrade = head.upgrade;
+    if (auto key = head.headers.Get("sec-websocket-key")) websocket_key = std::string(*key);
     request_ended = end_stream;
     if (on_headers) on_headers(*this);
   }
@@ -66,7 +69,7 @@ class TestHandler : public StreamHandler {
   }
 
   ResponseEncoder& enc;
-  std::string path;
+  std::string path, method, upgrade, websocket_key;
   size_t body_bytes = 0;
   bool request_ended = false;
   bool response_ended = false;
@@ -131,6 +134,7 @@ struct Client {
   std::string upload;  // request body still to send (one stream at a time)
   size_t upload_off = 0;
   std::string upload_trailer;  // non-empty: the upload ends with trailers x-trailer: this
+  bool upload_open = false;    // the upload's last DATA does not end the stream
 
   static int OnHeader(nghttp2_session*, const nghttp2_frame* f, const uint8_t* n, size_t nl,
                       const uint8_t* v, size_t vl, uint8_t, void* u) {
@@ -169,6 +173,7 @@ struct Client {
     c->upload_off += n;
     if (c->upload_off == c->upload.size()) {
       *flags |= NGHTTP2_DATA_FLAG_EOF;
+      if (c->upload_open) *flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
       if (!c->upload_trailer.empty()) {  // nghttp2's rule: submitted from here
         *flags |= NGHTTP2_DATA_FLAG_NO_END_STREAM;
         nghttp2_nv t[] = {{(uint8_t*)"x-trailer", (uint8_t*)c->upload_trailer.data(), 9,
@@ -197,6 +202,23 @@ struct Client {
   }
   ~Client() { nghttp2_session_del(session); }
 
+  // RFC 8441's extended CONNECT for `protocol`, with `body` sent right after it (the stream stays
+  // open).
+  int32_t Connect(const std::string& path, const std::string& protocol, const std::string& body) {
+    nghttp2_nv nva[] = {
+        {(uint8_t*)":method", (uint8_t*)"CONNECT", 7, 7, 0},
+        {(uint8_t*)":protocol", (uint8_t*)protocol.data(), 9, protocol.size(), 0},
+        {(uint8_t*)":path", (uint8_t*)path.data(), 5, path.size(), 0},
+        {(uint8_t*)":scheme", (uint8_t*)"http", 7, 4, 0},
+        {(uint8_t*)":authority", (uint8_t*)"test", 10, 4, 0},
+    };
+    nghttp2_data_provider p;
+    p.read_callback = ReadUpload;
+    upload = body;
+    upload_off = 0;
+    upload_open = true;
+    return nghttp2_submit_request(session, nullptr, nva, 5, &p, nullptr);
+  }
   int32_t Request(const std::string& path, const std::string& body = "") {
     std::string method = body.empty() ? "GET" : "POST";
     nghttp2_nv nva[] = {
@@ -398,6 +420,49 @@ TEST_F(Http2ServerConnectionTest, AHandlerThatEndedItsResponseHearsNothingMore) 
   EXPECT_EQ(client_->streams[id].status, 200);
   EXPECT_TRUE(factory_.destroyed);
   EXPECT_EQ(factory_.resets, 0);
+}
+
+TEST_F(Http2ServerConnectionTest, AnExtendedConnectIsAnUpgradeWhoseDataWaitsForTheSwitch) {
+  Start([](HttpConfig& c) { c.http2.allow_connect = true; });
+  int32_t id = client_->Connect("/ws", "websocket", "early");
+  Turn(4);
+  ASSERT_NE(factory_.last, nullptr);
+  TestHandler& h = *factory_.last;
+  // The router sees the HTTP/1.1 upgrade it knows, with no body, and a key for the upstream.
+  EXPECT_EQ(h.method, "GET");
+  EXPECT_EQ(h.upgrade, "websocket");
+  EXPECT_EQ(h.path, "/ws");
+  EXPECT_TRUE(h.request_ended);
+  EXPECT_EQ(h.websocket_key.size(), 24u);  // 16 bytes, base64
+  EXPECT_EQ(h.body_bytes, 0u);             // the tunnel's first bytes wait for the switch
+  ResponseHead head;
+  head.status = 101;
+  head.headers.Add("upgrade", "websocket");
+  head.headers.Add("connection", "upgrade");
+  head.headers.Add("sec-websocket-accept", "x");
+  h.enc.EncodeHeaders(head, false);
+  Turn(3);
+  EXPECT_EQ(client_->streams[id].status, 200);
+  EXPECT_FALSE(client_->streams[id].ended);
+  EXPECT_EQ(h.body_bytes, 5u);
+  EXPECT_EQ(stats_.downstream_cx_upgrades_total.Value(), 1);
+  EXPECT_EQ(stats_.downstream_cx_upgrades_active.Value(), 1);
+  h.enc.EncodeData("pong", 4, false);
+  Turn(2);
+  EXPECT_EQ(client_->streams[id].data, 4u);
+  h.response_ended = true;
+  h.enc.EncodeData(nullptr, 0, true);  // the upstream closed: the stream ends
+  Turn(3);
+  EXPECT_TRUE(client_->streams[id].ended);
+  EXPECT_EQ(stats_.downstream_cx_upgrades_active.Value(), 0);
+}
+
+TEST_F(Http2ServerConnectionTest, WithoutAllowConnectAnExtendedConnectIsMalformed) {
+  Start();
+  client_->Connect("/ws", "websocket", "");
+  Turn(4);
+  EXPECT_EQ(factory_.created, 0);
+  EXPECT_EQ(client_->goaway_error, static_cast<uint32_t>(NGHTTP2_PROTOCOL_ERROR));
 }
 
 }  // namespace

@@ -126,11 +126,22 @@ class ProtocolOptionsTest(IntegrationTestCase):
                 {"common_http_protocol_options": {field: "1s"}},
                 "common_http_protocol_options.%s" % field, "upstream")
 
+    def test_extended_connect_to_upstreams_refused(self):
+        # allow_connect is a connection manager's (WebSocket from h2 clients); rpx does not send
+        # extended CONNECT to an h2 upstream, so a cluster asking for it is refused by name.
+        self.assert_cluster_refused(
+            {"typed_extension_protocol_options": {
+                "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                    "@type": "type.googleapis.com/"
+                             "envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+                    "explicit_http_config": {"http2_protocol_options": {"allow_connect": True}}}}},
+            "http2_protocol_options.allow_connect", "extended CONNECT to upstreams")
+
     def test_bad_h2_options_refused_with_their_field(self):
         vh = virtual_host("all", ["*"], [route(prefix="/", direct_response=(200, "x"))])
         for opts, field in (({"initial_stream_window_size": 100}, "initial_stream_window_size"),
                             ({"max_concurrent_streams": 0}, "max_concurrent_streams"),
-                            ({"allow_connect": True}, "allow_connect")):
+                            ({"allow_metadata": True}, "allow_metadata")):
             self.assert_refused(bootstrap([http_listener("l", free_port(), [vh], hcm_extra={
                 "http2_protocol_options": opts})], []),
                 "http2_protocol_options.%s" % field)

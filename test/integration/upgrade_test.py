@@ -1,7 +1,8 @@
 """Upgrades and streaming: WebSocket through rpx with real clients on both sides (the
 `websockets` server as the upstream, `websocket-client` as the browser), upgrade_configs on the
 listener and per route, the tunnel's idle timeout, an upstream that refuses or wrongly grants an
-upgrade, and streamed responses (server-sent events) forwarded as they arrive.
+upgrade, WebSocket over HTTP/2 (RFC 8441 extended CONNECT from a python3-h2 client, to the same
+HTTP/1.1 WebSocket server), and streamed responses (server-sent events) forwarded as they arrive.
 
 No timing assertions: the streaming checks make the upstream wait until the client has seen each
 event before it sends the next, so a proxy that buffered would stall (and fail on a timeout)."""
@@ -15,7 +16,10 @@ import websocket  # websocket-client (Debian python3-websocket)
 import websockets  # Debian python3-websockets
 import websockets.server
 
-from harness import (IntegrationTestCase, RawUpstream, bootstrap, cluster, free_port,
+import h2.events
+import h2.settings
+
+from harness import (H2Client, IntegrationTestCase, RawUpstream, bootstrap, cluster, free_port,
                      http_listener, http_request, route, virtual_host)
 
 WAIT = 10.0  # generous bound for anything that should happen at once
@@ -204,6 +208,153 @@ class WebSocketTest(IntegrationTestCase):
         self.assertNotIn(b"content-length", head)
         self.assertNotIn(b"transfer-encoding", head)
         self.assertEqual(c.rfile.read(6), b"\x81\x04ping")  # unmasked echo from the server
+
+
+def ws_frame(opcode, payload, mask=b"\x01\x02\x03\x04"):
+    """One final, masked WebSocket frame (RFC 6455 5.2), as a client must send it."""
+    head = bytes([0x80 | opcode])
+    n = len(payload)
+    if n < 126:
+        head += bytes([0x80 | n])
+    elif n < 1 << 16:
+        head += bytes([0x80 | 126]) + n.to_bytes(2, "big")
+    else:
+        head += bytes([0x80 | 127]) + n.to_bytes(8, "big")
+    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+
+def ws_parse(buf):
+    """Complete unmasked frames at the start of `buf` -> ([(opcode, payload)], bytes used)."""
+    frames, pos = [], 0
+    while len(buf) - pos >= 2:
+        opcode, n, at = buf[pos] & 0x0F, buf[pos + 1] & 0x7F, pos + 2
+        if n == 126:
+            if len(buf) - at < 2:
+                break
+            n, at = int.from_bytes(buf[at:at + 2], "big"), at + 2
+        elif n == 127:
+            if len(buf) - at < 8:
+                break
+            n, at = int.from_bytes(buf[at:at + 8], "big"), at + 8
+        if len(buf) - at < n:
+            break
+        frames.append((opcode, bytes(buf[at:at + n])))
+        pos = at + n
+    return frames, pos
+
+
+class WebSocketOverHttp2Test(IntegrationTestCase):
+    """RFC 8441: an h2 client opens a WebSocket with an extended CONNECT (allow_connect on the
+    connection manager's http2_protocol_options); rpx sends the upstream the HTTP/1.1 upgrade it
+    stands for, answers 200 once the upstream switched, and carries the frames as DATA."""
+
+    def setUp(self):
+        self.ws = WebSocketUpstream()
+        self.addCleanup(self.ws.stop)
+        self.port = free_port()
+        self.off_port = free_port()
+        routes = [ws_route("/off/", "ws", upgrade_enabled=False), ws_route("/", "ws")]
+        self.proxy = self.start_rpx(bootstrap(
+            [http_listener("h2ws", self.port, [virtual_host("all", ["*"], routes)],
+                           hcm_extra={"upgrade_configs": [{"upgrade_type": "websocket"}],
+                                      "http2_protocol_options": {"allow_connect": True}}),
+             # allow_connect not set: the setting is not announced.
+             http_listener("h2plain", self.off_port, [virtual_host("all", ["*"], routes)],
+                           hcm_extra={"upgrade_configs": [{"upgrade_type": "websocket"}]})],
+            [cluster("ws", self.ws.port)]), concurrency=1)
+
+    def client(self, port):
+        c = H2Client(port)
+        self.addCleanup(c.close)
+        c.wait(lambda: any(isinstance(e, h2.events.RemoteSettingsChanged) for e in c.events))
+        return c
+
+    def open(self, c, path):
+        return c.request(path, method="CONNECT", end=False, authority="127.0.0.1:%d" % self.port,
+                         headers=[(":protocol", "websocket"), ("sec-websocket-version", "13")])
+
+    def frames(self, c, sid, count):
+        r = c.responses[sid]
+        got = []
+
+        def enough():
+            frames, used = ws_parse(r["data"])
+            if frames:
+                del r["data"][:used]
+                got.extend(frames)
+            return len(got) >= count or r["ended"] or r["reset"] is not None
+        c.wait(enough)
+        return got
+
+    def test_websocket_over_h2_to_an_http1_server(self):
+        c = self.client(self.port)
+        self.assertEqual(c.conn.remote_settings.get(
+            h2.settings.SettingCodes.ENABLE_CONNECT_PROTOCOL), 1)
+        sid = self.open(c, "/push")
+        c.wait(lambda: c.responses[sid]["headers"] is not None)
+        headers = c.responses[sid]["headers"]
+        self.assertEqual(headers[":status"], "200", headers)
+        for name in ("connection", "upgrade", "sec-websocket-accept"):
+            self.assertNotIn(name, headers)
+        self.assertEqual(self.frames(c, sid, 1), [(1, b"hello")])  # the upstream speaks first
+        c.send_body(sid, ws_frame(1, b"ping"), end=False)
+        self.assertEqual(self.frames(c, sid, 1), [(1, b"ping")])
+        big = bytes(range(256)) * 4096  # 1 MiB through both windows
+        c.send_body(sid, ws_frame(2, big), end=False)
+        self.assertEqual(self.frames(c, sid, 1), [(2, big)])
+        self.assertEqual(self.ws.received, ["ping", big])
+        self.assertEqual(self.proxy.stat("http.h2ws.downstream_cx_upgrades_total"), 1)
+        self.assertEqual(self.proxy.stat("http.h2ws.downstream_cx_upgrades_active"), 1)
+        # A second WebSocket on the same connection, beside the first.
+        sid2 = self.open(c, "/echo")
+        c.wait(lambda: c.responses[sid2]["headers"] is not None)
+        c.send_body(sid2, ws_frame(1, b"second"), end=False)
+        self.assertEqual(self.frames(c, sid2, 1), [(1, b"second")])
+        # The closing handshake: the client's close frame, the server's answer, then the server
+        # closes its connection and that ends the stream.
+        c.send_body(sid, ws_frame(8, b"\x03\xe8"), end=False)
+        self.assertEqual(self.frames(c, sid, 1)[0][0], 8)
+        c.wait(lambda: c.responses[sid]["ended"] or c.responses[sid]["reset"] is not None)
+        self.assertTrue(c.responses[sid]["ended"])
+        self.proxy.wait_stat("http.h2ws.downstream_cx_upgrades_active", lambda v: v == 1)
+        # The client's END_STREAM alone ends a tunnel (as an HTTP/1.1 client's close does): the
+        # upstream connection is closed and the stream ends.
+        self.ws.closed.clear()
+        c.send_body(sid2, b"", end=True)
+        c.wait(lambda: c.responses[sid2]["ended"] or c.responses[sid2]["reset"] is not None)
+        self.assertTrue(self.ws.closed.wait(WAIT))
+        self.proxy.wait_stat("http.h2ws.downstream_cx_upgrades_active", lambda v: v == 0)
+        self.assertEqual(self.ws.connections, 2)
+
+    def test_upstream_close_ends_the_stream(self):
+        c = self.client(self.port)
+        sid = self.open(c, "/close")
+        frames = self.frames(c, sid, 2)
+        self.assertEqual(frames[0], (1, b"bye"))
+        self.assertEqual(frames[1][0], 8)  # the server's close frame: the client answers it
+        c.send_body(sid, ws_frame(8, frames[1][1]), end=False)
+        c.wait(lambda: c.responses[sid]["ended"] or c.responses[sid]["reset"] is not None)
+        self.assertTrue(c.responses[sid]["ended"])
+        self.proxy.wait_stat("http.h2ws.downstream_cx_upgrades_active", lambda v: v == 0)
+
+    def test_route_that_disables_the_upgrade_refuses_it(self):
+        c = self.client(self.port)
+        sid = self.open(c, "/off/x")
+        r = c.response(sid)
+        self.assertEqual(r["headers"][":status"], "403", r)
+        self.assertEqual(self.ws.connections, 0)
+
+    def test_without_allow_connect_the_setting_is_not_sent(self):
+        c = H2Client(self.off_port, validate=False)  # python3-h2 wants :path even on CONNECT
+        self.addCleanup(c.close)
+        c.wait(lambda: any(isinstance(e, h2.events.RemoteSettingsChanged) for e in c.events))
+        self.assertNotEqual(c.conn.remote_settings.get(
+            h2.settings.SettingCodes.ENABLE_CONNECT_PROTOCOL), 1)
+        # A plain CONNECT (a TCP tunnel) is refused on either listener.
+        sid = c.conn.get_next_available_stream_id()
+        c.conn.send_headers(sid, [(":method", "CONNECT"), (":authority", "127.0.0.1:1")])
+        c.flush()
+        self.assertEqual(c.response(sid)["headers"][":status"], "403")
 
 
 class UpgradeRefusedOrWronglyGrantedTest(IntegrationTestCase):
