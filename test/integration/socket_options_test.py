@@ -1,14 +1,17 @@
 """Envoy's socket options on the real binary: a listener's `socket_options` reach the connections
 it accepts, and a cluster's `upstream_bind_config` (source address and socket options) reaches
 every upstream connection. What the kernel holds is read back with ss(8), as an operator would.
-The option used is TCP_CONGESTION (level 6, name 13): visible in `ss -i` and settable by anyone."""
+The option used is TCP_CONGESTION (level 6, name 13): visible in `ss -i` and settable by anyone.
+Also rpx's own choice for HTTP listeners: accepted sockets start out of quick-ACK mode (read back
+from /proc/net/tcp), and TCP proxy listeners keep the kernel's default."""
 
 import subprocess
 import unittest
 
 from harness import (IntegrationTestCase, Rpx, RpxError, bootstrap, cluster, congestion_option,
                      default_congestion_control, free_port, http_listener, http_request,
-                     other_congestion_control, route, tcp_sockets, tcp_algorithm, virtual_host)
+                     other_congestion_control, route, socket_address, tcp_sockets, tcp_algorithm,
+                     virtual_host)
 
 SOL_SOCKET, SO_KEEPALIVE = 1, 9
 
@@ -109,6 +112,46 @@ class BadSocketOptionsTest(IntegrationTestCase):
             "socket_options": [congestion_option("no-such-algorithm")]}})
         self.assertIn("clusters[0].upstream_bind_config: setting socket option (level 6, name 13)",
                       error)
+
+
+def listening_pingpong(port):
+    """The listening socket's delayed-ACK ("pingpong") bit on 127.0.0.1:`port`, from
+    /proc/net/tcp: the field after rto and ato is (quick << 1) | pingpong. Accepted sockets
+    inherit it."""
+    with open("/proc/net/tcp") as f:
+        for line in f.read().splitlines()[1:]:
+            fields = line.split()
+            if fields[1] == "0100007F:%04X" % port and fields[3] == "0A":  # LISTEN
+                return int(fields[14]) & 1
+    raise AssertionError("no listening socket on 127.0.0.1:%d in /proc/net/tcp" % port)
+
+
+class DelayedAckTest(IntegrationTestCase):
+    """HTTP listeners' accepted sockets start out of quick-ACK mode (HAProxy does the same for
+    its HTTP frontends): a new connection's request is acknowledged by the response instead of
+    by a pure ACK ahead of it. A listener with a TCP proxy chain keeps quick ACKs (an interactive
+    protocol's small writes must not wait on a delayed ACK)."""
+
+    def test_http_listeners_delay_acks_and_tcp_proxy_listeners_do_not(self):
+        echo = self.start_echo("E")
+        http_port, tcp_port = free_port(), free_port()
+        tcp_proxy = {"@type": "type.googleapis.com/"
+                              "envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy",
+                     "stat_prefix": "raw", "cluster": "raw"}
+        raw = cluster("raw", echo.port)
+        del raw["typed_extension_protocol_options"]
+        proxy = self.start_rpx(bootstrap(
+            [http_listener("web", http_port, [virtual_host("all", ["*"], [route("/", "E")])]),
+             {"name": "raw", "address": socket_address(tcp_port), "filter_chains": [
+                 {"filters": [{"name": "envoy.filters.network.tcp_proxy",
+                               "typed_config": tcp_proxy}]}]}],
+            [cluster("E", echo.port), raw]))
+        self.assertEqual(listening_pingpong(http_port), 1)
+        self.assertEqual(listening_pingpong(tcp_port), 0)
+        client = self.raw_client(http_port)
+        client.send(http_request("GET", "/x", headers=[("Connection", "close")]))
+        self.assertEqual(client.read_response().status, 200)
+        self.assertEqual(proxy.stat("listener.127.0.0.1_%d.downstream_cx_total" % http_port), 1)
 
 
 if __name__ == "__main__":
