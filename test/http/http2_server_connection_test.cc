@@ -205,33 +205,27 @@ struct Client {
   // RFC 8441's extended CONNECT for `protocol`, with `body` sent right after it (the stream stays
   // open).
   int32_t Connect(const std::string& path, const std::string& protocol, const std::string& body) {
-    nghttp2_nv nva[] = {
-        {(uint8_t*)":method", (uint8_t*)"CONNECT", 7, 7, 0},
-        {(uint8_t*)":protocol", (uint8_t*)protocol.data(), 9, protocol.size(), 0},
-        {(uint8_t*)":path", (uint8_t*)path.data(), 5, path.size(), 0},
-        {(uint8_t*)":scheme", (uint8_t*)"http", 7, 4, 0},
-        {(uint8_t*)":authority", (uint8_t*)"test", 10, 4, 0},
-    };
-    nghttp2_data_provider p;
-    p.read_callback = ReadUpload;
-    upload = body;
-    upload_off = 0;
-    upload_open = true;
-    return nghttp2_submit_request(session, nullptr, nva, 5, &p, nullptr);
+    return Submit("CONNECT", path, &protocol, body, /*open=*/true);
   }
   int32_t Request(const std::string& path, const std::string& body = "") {
-    std::string method = body.empty() ? "GET" : "POST";
-    nghttp2_nv nva[] = {
-        {(uint8_t*)":method", (uint8_t*)method.data(), 7, method.size(), 0},
-        {(uint8_t*)":path", (uint8_t*)path.data(), 5, path.size(), 0},
-        {(uint8_t*)":scheme", (uint8_t*)"http", 7, 4, 0},
-        {(uint8_t*)":authority", (uint8_t*)"test", 10, 4, 0},
+    return Submit(body.empty() ? "GET" : "POST", path, nullptr, body, /*open=*/false);
+  }
+  int32_t Submit(const std::string& method, const std::string& path, const std::string* protocol,
+                 const std::string& body, bool open) {
+    auto nv = [](const char* n, const std::string& v) {
+      return nghttp2_nv{(uint8_t*)n, (uint8_t*)v.data(), strlen(n), v.size(), 0};
     };
+    static const std::string http = "http", test = "test";
+    std::vector<nghttp2_nv> nva = {nv(":method", method), nv(":path", path), nv(":scheme", http),
+                                   nv(":authority", test)};
+    if (protocol) nva.push_back(nv(":protocol", *protocol));
     nghttp2_data_provider p;
     p.read_callback = ReadUpload;
     upload = body;
     upload_off = 0;
-    return nghttp2_submit_request(session, nullptr, nva, 4, body.empty() ? nullptr : &p, nullptr);
+    upload_open = open;
+    return nghttp2_submit_request(session, nullptr, nva.data(), nva.size(),
+                                  body.empty() && !open ? nullptr : &p, nullptr);
   }
   // Consumes what the client received so far (opens its windows by that much).
   void Consume() {
