@@ -311,6 +311,8 @@ wait_port() {  # $1 port $2 pid [$3 seconds, default 15]
   return 1
 }
 
+# PIDs of a process's direct children (nginx's workers), one a line.
+children_of() { pgrep -P "$1" 2>/dev/null || true; }
 # Busy ticks from /proc/stat (user nice system irq softirq steal): of CPU $1, or with no argument
 # of the whole machine.
 cpu_busy_ticks() { awk -v c="cpu${1:-}" '$1 == c {print $2 + $3 + $4 + $7 + $8 + $9; exit}' /proc/stat; }

@@ -204,7 +204,7 @@ IDLE="$TMP/idle.tsv"
 : >"$IDLE"
 group_rss() {
   local total=0 p v
-  for p in "$1" $(pgrep -P "$1" 2>/dev/null || true); do
+  for p in "$1" $(children_of "$1"); do
     v=$(awk '/^VmRSS:/ {print $2}' "/proc/$p/status" 2>/dev/null) || continue
     total=$((total + ${v:-0}))
   done

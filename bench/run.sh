@@ -270,9 +270,6 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# children of a PID we started (nginx workers); read-only lookup by parent PID
-children_of() { pgrep -P "$1" 2>/dev/null || true; }
-
 # Stop a process we started, then any children it left behind; bounded to ~10 s.
 stop_pid() {
   local pid=$1 quiet=${2:-} kids i

@@ -98,7 +98,6 @@ ORIGIN_PID=$!
 PIDS+=("$ORIGIN_PID")
 wait_port "$UPSTREAM_PORT" "$ORIGIN_PID" || { echo "wakeups.sh: the origin did not start" >&2; exit 1; }
 
-children_of() { pgrep -P "$1" 2>/dev/null || true; }
 # proc_counts PID...: "ticks voluntary involuntary" (context switches) summed over the processes,
 # their children (nginx workers) and all their threads.
 proc_counts() {

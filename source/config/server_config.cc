@@ -1,6 +1,7 @@
 #include "source/config/server_config.h"
 
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -1142,6 +1143,22 @@ void Builder::BuildListener(const Listener& l, const std::string& path, ServerCo
     }
   }
   if (errors_->size() != errors_before) return;
+  bool all_http = !lc->chains.empty();
+  for (const auto& c : lc->chains) all_http &= c->http != nullptr;
+  if (all_http) {
+    // rpx's own option, ahead of the configured ones (which may override it): accepted sockets
+    // start out of quick-ACK mode, as HAProxy's HTTP listeners' do, so a new connection's request
+    // is acknowledged by the response instead of by a pure ACK ahead of it. Set once listening
+    // (listen(2) resets it); inherited by accepted sockets. Not with TCP proxy chains: an
+    // interactive protocol's small writes could wait on the delayed ACK under the client's Nagle.
+    SocketOption delay_acks;
+    delay_acks.description = "TCP_QUICKACK 0 (rpx's default for HTTP listeners)";
+    delay_acks.level = IPPROTO_TCP;
+    delay_acks.name = TCP_QUICKACK;
+    delay_acks.int_value = 0;
+    delay_acks.state = SocketOption::State::kListening;
+    lc->socket_options.insert(lc->socket_options.begin(), std::move(delay_acks));
+  }
   for (const auto& c : lc->chains) {
     // A chain that matches on SNI, ALPN or the transport protocol needs the ClientHello read
     // first: as Envoy once did, rpx inspects it even when tls_inspector is not listed.

@@ -109,8 +109,10 @@ struct ListenerConfig {
   SocketAddress address;
   uint32_t buffer_limit = 1024 * 1024;
   bool reuse_port = true;
-  bool inbound = false;          // traffic_direction INBOUND (/drain_listeners?inboundonly)
-  SocketOptions socket_options;  // applied to the listening sockets; accepted ones inherit most
+  bool inbound = false;  // traffic_direction INBOUND (/drain_listeners?inboundonly)
+  // Applied to the listening sockets (accepted ones inherit most): the configured ones, after
+  // rpx's TCP_QUICKACK 0 on listeners whose chains are all HTTP.
+  SocketOptions socket_options;
   // filter_chains in order, then default_filter_chain (if any) last.
   std::vector<std::shared_ptr<const FilterChainConfig>> chains;
   bool has_default_chain = false;

@@ -24,13 +24,11 @@ using conn_manager::StatusHasNoBody;
 // A Sec-WebSocket-Key: 16 random bytes, base64 (RFC 6455 4.1).
 std::string RandomWebSocketKey() {
   unsigned char nonce[16];
-  ssize_t n = getrandom(nonce, sizeof(nonce), GRND_NONBLOCK);
-  if (n != static_cast<ssize_t>(sizeof(nonce))) {
-    // Entropy not ready (early boot): the key is a nonce, not a secret.
-    static thread_local uint64_t counter = 0x9e3779b97f4a7c15ULL;
-    for (size_t i = 0; i < sizeof(nonce); ++i)
-      nonce[i] = static_cast<unsigned char>(++counter * 31 >> 7);
-  }
+  // Up to 256 bytes come whole once the kernel's pool is initialized (it is long before a proxy
+  // takes traffic).
+  ssize_t n = getrandom(nonce, sizeof(nonce), 0);
+  RPX_ASSERT(n == static_cast<ssize_t>(sizeof(nonce)));
+  (void)n;
   std::string key;
   absl::Base64Escape(absl::string_view(reinterpret_cast<const char*>(nonce), sizeof(nonce)), &key);
   return key;
@@ -157,6 +155,8 @@ class Http2ServerConnection::Stream : public ResponseEncoder, public DeferredDel
   // DATA is held until the handler's 101 (sent as 200) makes the stream a tunnel.
   bool extended_connect_ = false;
   bool tunnel_ = false;
+  // Request DATA waits in held_: the handler cannot read, or an extended CONNECT is not switched.
+  bool Holding() const { return read_disabled_ || (extended_connect_ && !tunnel_); }
   int8_t grpc_status_ = -1;  // a local reply's grpc-status when not derived from its HTTP status
 };
 
@@ -754,7 +754,7 @@ void Http2ServerConnection::Stream::OnRequestData(const char* data, size_t len) 
     nghttp2_session_consume(parent_.session_, id_, len);
     return;
   }
-  if (read_disabled_ || !held_.empty() || (extended_connect_ && !tunnel_)) {
+  if (Holding() || !held_.empty()) {
     held_.Append(data, len);
     return;
   }
@@ -795,7 +795,7 @@ void Http2ServerConnection::Stream::OnRequestEnd() {
     return;
   }
   if (!active()) return;
-  if (read_disabled_ || !held_.empty() || (extended_connect_ && !tunnel_)) {
+  if (Holding() || !held_.empty()) {
     request_end_held_ = true;
     return;
   }
@@ -825,7 +825,7 @@ void Http2ServerConnection::Stream::DeliverRequestEnd() {
 void Http2ServerConnection::Stream::DeliverRequestData() {
   if (delivering_) return;
   delivering_ = true;
-  while (active() && !read_disabled_ && !held_.empty() && !closed_) {
+  while (active() && !Holding() && !held_.empty() && !closed_) {
     size_t n = held_.size();
     std::string chunk(held_.data(), n);  // the handler may re-enter and append to held_
     held_.Drain(n);
@@ -833,7 +833,7 @@ void Http2ServerConnection::Stream::DeliverRequestData() {
     active()->OnRequestData(chunk.data(), n, false);
     if (!closed_) nghttp2_session_consume(parent_.session_, id_, n);
   }
-  if (active() && !read_disabled_ && held_.empty() && request_end_held_ && !closed_) {
+  if (active() && !Holding() && held_.empty() && request_end_held_ && !closed_) {
     request_end_held_ = false;
     DeliverRequestEnd();
   }
@@ -843,8 +843,7 @@ void Http2ServerConnection::Stream::DeliverRequestData() {
 
 void Http2ServerConnection::Stream::ReadDisable(bool disable) {
   read_disabled_ = disable;
-  if (!disable && (extended_connect_ && !tunnel_)) return;  // held until the switch
-  if (!disable && (!held_.empty() || request_end_held_)) DeliverRequestData();
+  if (!Holding() && (!held_.empty() || request_end_held_)) DeliverRequestData();
 }
 
 void Http2ServerConnection::Stream::SetStreamIdleTimeout(uint64_t ms) {

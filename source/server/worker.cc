@@ -1,8 +1,5 @@
 #include "source/server/worker.h"
 
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -72,20 +69,7 @@ void Worker::AddListenerNow(std::shared_ptr<const ListenerConfig> config, int fd
   Listener::AcceptCallback accept = [this, raw](int cfd, const SocketAddress& peer) {
     OnAccept(*raw, cfd, peer);
   };
-  if (fd >= 0) {
-    bool all_http = true;
-    for (const auto& chain : config->chains) all_http &= chain->http != nullptr;
-    if (all_http) {
-      // The socket listens already (listen(2) would reset this). Accepted sockets start out of
-      // quick-ACK mode, as HAProxy's HTTP listeners' do: a new connection's first request is
-      // acknowledged by the response instead of by a pure ACK sent ahead of it, a segment less
-      // for rpx and the client. Not with TCP proxy chains: an interactive protocol's small
-      // writes could wait on the delayed ACK under the client's Nagle.
-      int zero = 0;
-      setsockopt(fd, IPPROTO_TCP, TCP_QUICKACK, &zero, sizeof(zero));
-    }
-    l->listener = std::make_unique<Listener>(dispatcher_, fd, accept);
-  }
+  if (fd >= 0) l->listener = std::make_unique<Listener>(dispatcher_, fd, accept);
   auto it = listeners_.find(config->name);
   if (it != listeners_.end()) {
     // Replaced under the same name (a new address or new socket options): the old socket

@@ -1,6 +1,7 @@
 #include "source/config/server_config.h"
 
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -806,8 +807,14 @@ TEST(ServerConfigTest, SocketOptions) {
   ServerConfig c;
   std::vector<std::string> errors;
   ASSERT_TRUE(Build(yaml, &c, &errors)) << ::testing::PrintToString(errors);
-  const SocketOptions& lo = c.listeners[0]->socket_options;
-  ASSERT_EQ(lo.size(), 2u);
+  const SocketOptions& all = c.listeners[0]->socket_options;
+  ASSERT_EQ(all.size(), 3u);
+  // An HTTP listener: rpx's TCP_QUICKACK 0 first, so the configured ones can override it.
+  EXPECT_EQ(all[0].level, IPPROTO_TCP);
+  EXPECT_EQ(all[0].name, TCP_QUICKACK);
+  EXPECT_EQ(all[0].int_value, 0);
+  EXPECT_EQ(all[0].state, SocketOption::State::kListening);
+  const SocketOption* lo = &all[1];
   EXPECT_EQ(lo[0].description, "cc");
   EXPECT_FALSE(lo[0].is_int);
   EXPECT_EQ(lo[0].buf_value, "reno");

@@ -210,17 +210,9 @@ class WebSocketTest(IntegrationTestCase):
         self.assertEqual(c.rfile.read(6), b"\x81\x04ping")  # unmasked echo from the server
 
 
-def ws_frame(opcode, payload, mask=b"\x01\x02\x03\x04"):
-    """One final, masked WebSocket frame (RFC 6455 5.2), as a client must send it."""
-    head = bytes([0x80 | opcode])
-    n = len(payload)
-    if n < 126:
-        head += bytes([0x80 | n])
-    elif n < 1 << 16:
-        head += bytes([0x80 | 126]) + n.to_bytes(2, "big")
-    else:
-        head += bytes([0x80 | 127]) + n.to_bytes(8, "big")
-    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+def ws_frame(opcode, payload):
+    """One final WebSocket frame, masked as a client must send it (websocket-client's ABNF)."""
+    return websocket.ABNF.create_frame(payload, opcode).format()
 
 
 def ws_parse(buf):
